@@ -1,0 +1,17 @@
+"""Blocking I/O stand-in: time.sleep releases the GIL while it waits."""
+
+from __future__ import annotations
+
+import time
+
+
+def sleep(seconds: float) -> float:
+    """Wait `seconds` without using the CPU (like a blocking socket read); return `seconds`."""
+    time.sleep(seconds)
+    return seconds
+
+
+KNOWN_ANSWERS: list[tuple[str, dict[str, float], float]] = [
+    ("sleep", {"seconds": 0.0}, 0.0),
+    ("sleep", {"seconds": 0.01}, 0.01),
+]

@@ -1,0 +1,81 @@
+"""scikit-learn work on a dataset that ships inside scikit-learn (no download)."""
+
+from __future__ import annotations
+
+import threading
+from functools import cache
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
+from sklearn.ensemble import RandomForestClassifier
+from sklearn.model_selection import train_test_split
+
+DATASETS = {
+    "digits": load_digits,
+    "iris": load_iris,
+    "wine": load_wine,
+    "breast_cancer": load_breast_cancer,
+}
+
+# The model behind `predict`: trained once per process, on first use.
+PREDICT_MODEL_TREES = 100
+
+
+@cache
+def _dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
+    # Reading the bundled CSV costs ~20 ms; cache it so `train` measures fitting.
+    x, y = DATASETS[name](return_X_y=True)
+    return x, y
+
+
+def train(dataset: str, trees: int) -> float:
+    """Fit a random forest (one thread, fixed seed); return held-out accuracy."""
+    x, y = _dataset(dataset)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0)
+    model = RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1)
+    model.fit(x_train, y_train)
+    return round(float(model.score(x_test, y_test)), 6)
+
+
+_model_lock = threading.Lock()
+_model: ClassifierMixin | None = None
+
+
+def predictor() -> ClassifierMixin:
+    """The process's `predict` model, trained on first call and never again."""
+    global _model
+    with _model_lock:  # two threads asking at once must not train twice
+        if _model is None:
+            x, y = _dataset("digits")
+            model = RandomForestClassifier(n_estimators=PREDICT_MODEL_TREES, random_state=0, n_jobs=1)
+            _model = model.fit(x, y)
+        return _model
+
+
+def predict(rows: int) -> int:
+    """Classify `rows` digit images (the dataset, repeated); return the sum of the labels."""
+    model = predictor()
+    x, _ = _dataset("digits")
+    total = 0
+    done = 0
+    while done < rows:
+        batch = x[: min(len(x), rows - done)]
+        total += int(model.predict(batch).sum())
+        done += len(batch)
+    return total
+
+
+# Pinned to the scikit-learn version in requirements.txt: a different version
+# may grow different trees, and this table is how we would notice.
+KNOWN_ANSWERS: list[tuple[str, dict[str, Any], Any]] = [
+    ("train", {"dataset": "digits", "trees": 10}, 0.94),
+    ("train", {"dataset": "iris", "trees": 50}, 0.973684),
+    ("train", {"dataset": "wine", "trees": 50}, 0.977778),
+    ("train", {"dataset": "breast_cancer", "trees": 10}, 0.951049),
+    ("predict", {"rows": 1}, 0),
+    ("predict", {"rows": 100}, 426),
+    ("predict", {"rows": 1797}, 8070),
+    ("predict", {"rows": 5000}, 22443),
+]

@@ -1,0 +1,124 @@
+"""The workload registry: what runs, with which params, and how it is timed."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from workloads import cpu, io, ml, numeric
+from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    func: Callable[..., Any]
+    description: str
+    params: tuple[Param, ...]
+    # Declared here, verified by tests/test_gil.py, which times the workload
+    # in two threads against two serial runs: a declaration nobody measured
+    # would be exactly the kind of folklore this lab exists to replace.
+    releases_gil: bool
+
+    def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+        return parse_params(self.name, self.params, query)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "releases_gil": self.releases_gil,
+            "params": [p.describe() for p in self.params],
+        }
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "count",
+            cpu.count,
+            "Pure-Python counting loop: the GIL is held from start to end.",
+            (IntParam("n", 20_000_000, 1, 200_000_000, "loop iterations"),),
+            releases_gil=False,
+        ),
+        Workload(
+            "fib",
+            cpu.fib,
+            "Naive recursive Fibonacci: millions of Python calls, GIL held throughout.",
+            (IntParam("n", 34, 1, 38, "which Fibonacci number (cost grows ~1.6x per step)"),),
+            releases_gil=False,
+        ),
+        Workload(
+            "matmul",
+            numeric.matmul,
+            "numpy matrix product: BLAS runs without the GIL (capped to 1 BLAS thread).",
+            (
+                IntParam("n", 1000, 1, 2000, "matrix size (n x n)"),
+                IntParam("repeat", 15, 1, 50, "how many products"),
+            ),
+            releases_gil=True,
+        ),
+        Workload(
+            "train",
+            ml.train,
+            "scikit-learn random forest fit (1 job, fixed seed); tree building releases the GIL.",
+            (
+                ChoiceParam("dataset", "digits", tuple(ml.DATASETS), "bundled scikit-learn dataset"),
+                IntParam("trees", 300, 1, 2000, "number of trees"),
+            ),
+            releases_gil=True,
+        ),
+        Workload(
+            "predict",
+            ml.predict,
+            "scikit-learn inference with a forest trained once per worker process.",
+            (IntParam("rows", 80_000, 1, 2_000_000, "digit images to classify"),),
+            releases_gil=True,
+        ),
+        Workload(
+            "sleep",
+            io.sleep,
+            "time.sleep: a stand-in for blocking I/O; the GIL is released while waiting.",
+            (FloatParam("seconds", 1.0, 0.0, 30.0, "how long to wait"),),
+            releases_gil=True,
+        ),
+    )
+}
+
+DEFAULT_WORKLOAD = "count"
+
+
+class RunRecord(TypedDict):
+    """What one run reports back from wherever it ran (pickled out of pool workers)."""
+
+    result: Any
+    pid: int
+    thread: str
+    started: float
+    finished: float
+
+
+def run_timed(name: str, params: dict[str, Any]) -> RunRecord:
+    """Run workload `name`, timing it where it runs: in the worker, not the caller."""
+    func = WORKLOADS[name].func
+    started = time.time()
+    result = func(**params)
+    finished = time.time()
+    return {
+        "result": result,
+        "pid": os.getpid(),
+        "thread": threading.current_thread().name,
+        "started": started,
+        "finished": finished,
+    }
+
+
+def warm_up() -> int:
+    """Pay a worker's one-off costs (imports, the predict model) before it is timed."""
+    ml.predictor()
+    return os.getpid()

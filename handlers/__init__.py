@@ -1,0 +1,21 @@
+"""Request handlers, one module per concept; each module ends with its `routes`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from handlers import async_io, catalog, page, ping, run, stats
+from handlers.base import NotFoundHandler
+
+if TYPE_CHECKING:
+    from lab.services import Services
+
+MODULES = (page, ping, catalog, run, async_io, stats)
+
+
+def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every module's routes, each handler given the server's services."""
+    return [(pattern, handler, {"services": services}) for module in MODULES for pattern, handler in module.routes]
+
+
+__all__ = ["NotFoundHandler", "all_routes"]

@@ -1,0 +1,102 @@
+"""Base handlers: JSON bodies and the one place every error is rendered."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tornado.web import Finish, HTTPError, RequestHandler
+
+from lab.errors import LabError
+from lab.query import decode_query
+
+if TYPE_CHECKING:
+    from lab.services import Services
+
+T = TypeVar("T")
+
+
+class JsonHandler(RequestHandler):
+    """Every response is JSON, errors included ({"error": {"status", "message"}})."""
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(error, HTTPError) and error.log_message:
+            message = error.log_message % error.args if error.args else error.log_message
+        elif status_code >= 500:
+            message = "internal server error (the server log has the details)"
+        else:
+            message = self._reason
+        body: dict[str, Any] = {"status": status_code, "message": message}
+        if isinstance(error, LabError) and error.retry_after is not None:
+            self.set_header("Retry-After", str(error.retry_after))
+        if self.settings.get("serve_traceback") and "exc_info" in kwargs:
+            body["traceback"] = traceback.format_exception(*kwargs["exc_info"])
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish({"error": body})
+
+
+class LabHandler(JsonHandler):
+    """A lab route: gets the server's services injected, times the request from arrival."""
+
+    services: Services
+    # Which /stats bucket this request counts in; None for routes not worth counting.
+    stats_mode: str | None = None
+
+    def initialize(self, services: Services) -> None:
+        self.services = services
+        self._job: asyncio.Future[Any] | None = None
+
+    def prepare(self) -> None:
+        self.received = time.time()
+        self.services.request_started()
+        self._counted = True
+        self.query = decode_query(self.request)
+
+    def finished(self, status: int, seconds: float) -> None:
+        """The request is over (called by the app's log function)."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            self.services.request_finished(self.stats_mode, status, seconds)
+
+    async def until_disconnect(self, work: Awaitable[T]) -> T:
+        """Await `work`, cancelling it if the client goes away first.
+
+        Abandoned work must not run: a queued job nobody waits for would make
+        the next caller wait behind it.
+        """
+        job: asyncio.Future[T] = asyncio.ensure_future(work)
+        self._job = job
+        try:
+            return await job
+        except asyncio.CancelledError:
+            if not self.request.connection.stream.closed():  # type: ignore[union-attr]
+                raise
+            # Nobody to answer; 499 is nginx's "client closed request", so the
+            # access log and /stats show what happened.
+            self.set_status(499, "Client Closed Request")
+            raise Finish() from None
+        finally:
+            self._job = None
+
+    def on_connection_close(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+
+
+class NotFoundHandler(LabHandler):
+    """JSON 404 for every path no route matches."""
+
+    def prepare(self) -> None:
+        raise LabError(
+            404,
+            f"no route for {self.request.path[:200]!r}; try /, /ping, /workloads, /stats, /async, "
+            "/blocking, /threading, /processing or /{mode}/{workload}",
+        )

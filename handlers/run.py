@@ -1,0 +1,40 @@
+"""GET /blocking, /threading, /processing[/{workload}]: one workload, in one mode."""
+
+from __future__ import annotations
+
+from handlers.base import LabHandler
+from lab.envelope import envelope
+from lab.errors import LabError
+from workloads import DEFAULT_WORKLOAD, WORKLOADS, ParamError
+
+
+class RunHandler(LabHandler):
+    async def get(self, mode: str, name: str | None) -> None:
+        self.stats_mode = mode
+        workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
+        if workload is None:
+            shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
+            raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
+        try:
+            params = workload.parse(self.query)
+        except ParamError as error:
+            raise LabError(400, error.message) from None
+        record = await self.until_disconnect(self.services.runners[mode].run(workload.name, params))
+        self.write(
+            envelope(
+                mode=mode,
+                workload=workload.name,
+                params=params,
+                result=record["result"],
+                server_pid=self.services.pid,
+                task_id=self.services.task_id,
+                worker_pid=record["pid"],
+                worker_thread=record["thread"],
+                received=self.received,
+                started=record["started"],
+                finished=record["finished"],
+            )
+        )
+
+
+routes = [(r"/(blocking|threading|processing)(?:/([^/]+))?/?", RunHandler)]

@@ -1,0 +1,71 @@
+"""GET /stats: what uwsgitop shows, for every process of this server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+from handlers.base import LabHandler
+from lab.config import cpu_count
+from lab.stats import merge, summarise
+
+
+def _usage(pid: int) -> dict[str, Any]:
+    """RSS and CPU seconds of a live process, read now."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            cpu = process.cpu_times()
+            return {"alive": True, "rss_bytes": process.memory_info().rss, "cpu_s": round(cpu.user + cpu.system, 3)}
+    except psutil.Error:
+        return {"alive": False}
+
+
+def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
+    pools = doc["pools"]
+    processing = pools.get("processing", {})
+    busy = set(processing.get("busy_workers", []))
+    processing["workers"] = [
+        {"pid": pid, "busy": pid in busy, **_usage(pid)} for pid in processing.get("worker_pids", [])
+    ]
+    return {
+        "pid": doc["pid"],
+        "task_id": doc["task_id"],
+        "uptime_s": round(now - doc["started"], 3),
+        "restarts": doc["restarts"],
+        "active_requests": doc["active_requests"],
+        **_usage(doc["pid"]),
+        "requests": summarise(doc["requests"]),
+        "pools": pools,
+    }
+
+
+class StatsHandler(LabHandler):
+    def get(self) -> None:
+        services = self.services
+        services.publish()  # our own slot, fresh
+        docs = [doc for slot in range(services.board.slots) if (doc := services.board.read(slot))]
+        now = time.time()
+        config = services.config
+        self.write(
+            {
+                "server": {
+                    "answered_by": {"pid": services.pid, "task_id": services.task_id},
+                    "processes": config.process_count,
+                    "forked": config.forked,
+                    "cpu_count": cpu_count(),
+                    "thread_pool": config.thread_pool,
+                    "process_pool": config.process_pool,
+                    "max_pending": config.max_pending,
+                    "job_timeout_s": config.job_timeout,
+                    "upstream": services.upstream_url,
+                },
+                "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},
+                "processes": [_render(doc, now) for doc in docs],
+            }
+        )
+
+
+routes = [(r"/stats/?", StatsHandler)]

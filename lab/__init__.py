@@ -1,0 +1,1 @@
+"""The lab server's machinery: config, pools, processes, stats, the app factory."""

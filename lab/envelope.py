@@ -1,0 +1,48 @@
+"""The response envelope every workload and /async response carries."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def envelope(
+    *,
+    mode: str,
+    workload: str,
+    params: dict[str, Any],
+    result: Any,
+    server_pid: int,
+    task_id: int | None,
+    worker_pid: int,
+    worker_thread: str,
+    received: float,
+    started: float,
+    finished: float,
+) -> dict[str, Any]:
+    """`server` handled the HTTP request; `worker` is where the work ran.
+
+    `started`/`finished` come from the worker itself, so `queued_ms` is the
+    real wait for a pool (or for the event loop) and `run_ms` the real run.
+    """
+    responded = time.time()
+    return {
+        "mode": mode,
+        "workload": workload,
+        "params": params,
+        "result": result,
+        "server": {"pid": server_pid, "task_id": task_id},
+        "worker": {"pid": worker_pid, "thread": worker_thread},
+        "timing": {
+            "received": received,
+            "started": started,
+            "finished": finished,
+            "queued_ms": _ms(started - received),
+            "run_ms": _ms(finished - started),
+            "total_ms": _ms(responded - received),
+        },
+    }

@@ -1,0 +1,16 @@
+"""The lab's HTTP errors: one class, rendered as JSON by handlers.base.JsonHandler."""
+
+from __future__ import annotations
+
+from tornado.web import HTTPError
+
+
+class LabError(HTTPError):
+    """An error with a status, a message for the client and, for 503, a Retry-After."""
+
+    def __init__(self, status: int, message: str, *, retry_after: int | None = None) -> None:
+        # Pass the message as an argument, not as the format string: a message
+        # quoting the client's input may contain '%'.
+        super().__init__(status, "%s", message)
+        self.message = message
+        self.retry_after = retry_after

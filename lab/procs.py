@@ -1,0 +1,94 @@
+"""Process lifecycle: children that die with their parent, and the embedded upstream."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def watch_parent(interval: float = 0.5) -> None:
+    """Send ourselves SIGTERM when our parent dies, so no process is ever orphaned.
+
+    A SIGKILLed server cannot tell its children anything; polling getppid()
+    is the portable way for them to notice (prctl(PR_SET_PDEATHSIG) is
+    Linux-only and fires when the parent *thread* exits). Each process's own
+    SIGTERM handling then decides how gracefully to go.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+class EmbeddedUpstream:
+    """The slow upstream /async waits on, run as `python -m lab.upstream` in its own process.
+
+    Its own process, so that a server blocked by /blocking cannot slow it:
+    the lab must measure the server, not the upstream. The listening socket
+    is bound here and inherited, so the port is known before the child runs
+    and no other program can take it in between.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        self.process = process
+        self.url = url
+
+    @classmethod
+    def start(cls, host: str = "127.0.0.1", ready_timeout: float = 20.0) -> EmbeddedUpstream:
+        with socket.create_server((host, 0)) as sock:
+            port = sock.getsockname()[1]
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lab.upstream", "--fd", str(sock.fileno())],
+                pass_fds=[sock.fileno()],
+                cwd=PROJECT_ROOT,
+            )
+        upstream = cls(process, f"http://{host}:{port}")
+        try:
+            upstream._wait_ready(ready_timeout)
+        except BaseException:
+            upstream.stop()
+            raise
+        log.info("embedded upstream pid %d at %s", process.pid, upstream.url)
+        return upstream
+
+    def _wait_ready(self, timeout: float) -> None:
+        # The socket already accepts connections; this waits for the child to
+        # answer them, so the first /async is not charged the child's start-up.
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"embedded upstream exited at start-up with code {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/delay?seconds=0", timeout=1) as reply:
+                    reply.read()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"embedded upstream did not answer within {timeout:g} s") from None
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        log.info("embedded upstream pid %d stopped", self.process.pid)

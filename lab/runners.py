@@ -1,0 +1,340 @@
+"""How a workload runs in each mode: on the IOLoop, in the thread pool, in the process pool.
+
+Both pools sit behind the same admission gate (`Slots`): at most `size`
+jobs are handed to an executor at once, the rest wait here, in order, where
+they can be counted (/stats), bounded (--max-pending) and cancelled when
+their client goes away. An executor's own queue is invisible and cannot
+forget work nobody wants any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import threading
+import time
+from collections import deque
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from lab.errors import LabError
+from lab.worker import init_pool_worker, run_in_worker
+from workloads import RunRecord, run_timed, warm_up
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+
+
+class Runner(Protocol):
+    mode: str
+
+    async def start(self) -> None: ...
+
+    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def close(self, wait: bool = True) -> None: ...
+
+
+class BlockingRunner:
+    """Runs the workload right here, on the IOLoop thread: nothing else is served meanwhile."""
+
+    mode = "blocking"
+
+    async def start(self) -> None:
+        pass
+
+    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        return run_timed(workload, params)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"kind": "event loop", "size": 1}
+
+    def close(self, wait: bool = True) -> None:
+        pass
+
+
+class Slots:
+    """A FIFO gate in front of an executor: `size` jobs run, the others wait in order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.busy < self.size and not self._waiters:
+            self.busy += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # release() hands its slot straight to us
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as we were cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.busy -= 1
+
+
+class PoolRunner:
+    """What both pool modes share: admission, deadlines, cancellation, counters."""
+
+    mode: str
+    kind: str
+    timeout_outcome: str
+
+    def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
+        self.size = size
+        self.max_pending = max_pending
+        self.job_timeout = job_timeout
+        self.slots = Slots(size)
+        self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
+        self._executor: Executor | None = None
+        self._job_ids = itertools.count()
+        # job id -> (time handed to the executor, worker that took it once known)
+        self._running: dict[int, tuple[float, int | str | None]] = {}
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            raise LabError(503, f"the {self.mode} pool is shut down", retry_after=RETRY_AFTER_S)
+        return self._executor
+
+    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        if self.slots.busy >= self.size and self.slots.waiting >= self.max_pending:
+            self.counts["rejected"] += 1
+            raise LabError(
+                503,
+                f"{self.mode} pool is full: {self.slots.busy} jobs running and "
+                f"{self.slots.waiting} waiting (--max-pending {self.max_pending}); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
+        try:
+            await self.slots.acquire()
+        except asyncio.CancelledError:
+            self.counts["cancelled_waiting"] += 1  # its client left before it started
+            raise
+        job_id = next(self._job_ids)
+        try:
+            job = self._submit(job_id, workload, params)
+        except BaseException:
+            self.slots.release()
+            raise
+        self.counts["submitted"] += 1
+        self._running[job_id] = (time.time(), None)
+
+        def ended(_: object) -> None:
+            # The slot frees when the job has really ended, not when its
+            # client stopped waiting: a timed-out thread still holds a core.
+            if not job.cancelled():
+                job.exception()  # mark it retrieved; a waiting client still gets it
+            del self._running[job_id]
+            self.slots.release()
+
+        job.add_done_callback(ended)
+        try:
+            return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
+        except TimeoutError:
+            self.counts["timed_out"] += 1
+            self.on_timeout(job_id)
+            raise LabError(
+                504, f"{workload} ran longer than --job-timeout {self.job_timeout:g} s; {self.timeout_outcome}"
+            ) from None
+        except BrokenProcessPool:
+            self.counts["broken"] += 1
+            self.on_broken()
+            raise LabError(
+                503,
+                "the process-pool worker running this job died; the pool is being rebuilt, retry",
+                retry_after=RETRY_AFTER_S,
+            ) from None
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        raise NotImplementedError
+
+    def _started(self, job_id: int, worker: int | str) -> None:
+        if job_id in self._running:
+            self._running[job_id] = (self._running[job_id][0], worker)
+
+    def on_timeout(self, job_id: int) -> None:
+        pass
+
+    def on_broken(self) -> None:
+        pass
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.time()
+        since = [t for t, _ in self._running.values()]
+        return {
+            "kind": self.kind,
+            "size": self.size,
+            "running": self.slots.busy,
+            "waiting": self.slots.waiting,
+            "max_pending": self.max_pending,
+            "busy_workers": sorted({w for _, w in self._running.values() if w is not None}, key=str),
+            "longest_running_s": round(now - min(since), 3) if since else None,
+            **self.counts,
+        }
+
+
+class ThreadRunner(PoolRunner):
+    """`run_in_executor` on one shared ThreadPoolExecutor."""
+
+    mode = "threading"
+    kind = "threads"
+    timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
+
+    async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+
+        def job() -> RunRecord:
+            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
+            return run_timed(workload, params)
+
+        return loop.run_in_executor(self.executor, job)
+
+    def close(self, wait: bool = True) -> None:
+        # Waiting or not, a running thread cannot be stopped and the
+        # interpreter joins pool threads at exit; server.py ends the process
+        # with os._exit if one is still busy when the grace period is over.
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+class ProcessRunner(PoolRunner):
+    """`run_in_executor` on ONE shared ProcessPoolExecutor, replaced only when it breaks."""
+
+    mode = "processing"
+    kind = "processes"
+    timeout_outcome = "its worker process was killed and the pool replaced"
+
+    def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
+        super().__init__(size, max_pending, job_timeout)
+        self.counts["pool_restarts"] = 0
+        self._pipe: tuple[Connection, Connection] | None = None
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        # spawn, not fork: forking a process that runs an IOLoop and threads
+        # copies their locks mid-use (the hazard Tornado's docs warn about).
+        context = multiprocessing.get_context("spawn")
+        self._close_pipe()
+        reader, writer = context.Pipe(duplex=False)
+        self._pipe = (reader, writer)
+        asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader)
+        return ProcessPoolExecutor(self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer,))
+
+    def _drain_started(self, reader: Connection) -> None:
+        while reader.poll():
+            job_id, pid = reader.recv()
+            self._started(job_id, pid)
+
+    def _close_pipe(self) -> None:
+        if self._pipe is not None:
+            reader, writer = self._pipe
+            asyncio.get_running_loop().remove_reader(reader.fileno())
+            reader.close()
+            writer.close()
+            self._pipe = None
+
+    async def start(self) -> None:
+        self._executor = self._new_executor()
+        await self._warm(self._executor)
+
+    async def _warm(self, executor: Executor) -> None:
+        # One warm-up job per worker makes every worker start now and pay its
+        # imports and the predict model before anything is timed.
+        loop = asyncio.get_running_loop()
+        pids = await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(self.size)))
+        log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+        try:
+            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+        except BrokenProcessPool:
+            # A worker died while idle (OOM killer, kill -9) and the executor
+            # only says so now: replace it and give this job to the new pool.
+            self.on_broken()
+            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+
+    def on_timeout(self, job_id: int) -> None:
+        # Like uWSGI's harakiri: the stuck worker must go, or every later job
+        # queues behind it. ProcessPoolExecutor cannot lose one worker without
+        # breaking as a whole (it then terminates the others itself), so the
+        # pool is replaced; jobs running beside the stuck one get 503.
+        executor = self._executor
+        if not isinstance(executor, ProcessPoolExecutor):
+            return
+        _, worker = self._running.get(job_id, (0.0, None))
+        stuck = [p for p in _workers(executor) if worker is None or p.pid == worker]
+        for process in stuck:
+            process.kill()
+        self._replace(executor, f"job ran over --job-timeout; killed worker {[p.pid for p in stuck]}")
+
+    def on_broken(self) -> None:
+        executor = self._executor
+        if isinstance(executor, ProcessPoolExecutor) and getattr(executor, "_broken", False):
+            self._replace(executor, "a worker died")
+
+    def _replace(self, old: ProcessPoolExecutor, why: str) -> None:
+        if self._executor is not old:
+            return  # another request replaced it already
+        old.shutdown(wait=False, cancel_futures=True)
+        self._executor = new = self._new_executor()
+        self.counts["pool_restarts"] += 1
+        log.warning("process pool replaced: %s", why)
+        asyncio.get_running_loop().create_task(self._warm(new))
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        if isinstance(self._executor, ProcessPoolExecutor):
+            snap["worker_pids"] = sorted(p.pid for p in _workers(self._executor) if p.pid is not None)
+        return snap
+
+    def close(self, wait: bool = True) -> None:
+        executor, self._executor = self._executor, None
+        if isinstance(executor, ProcessPoolExecutor):
+            if not wait:
+                for process in _workers(executor):
+                    process.kill()
+            executor.shutdown(wait=True, cancel_futures=True)
+        self._close_pipe()
+
+
+def _workers(executor: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:
+    # _processes (pid -> Process) is private but stable since Python 3.2;
+    # Python 3.14's terminate_workers() is the public way to do this.
+    processes: dict[int, multiprocessing.process.BaseProcess] = getattr(executor, "_processes", None) or {}
+    return list(processes.values())
+
+
+def make_runners(thread_pool: int, process_pool: int, max_pending: int, job_timeout: float) -> dict[str, Runner]:
+    return {
+        "blocking": BlockingRunner(),
+        "threading": ThreadRunner(thread_pool, max_pending, job_timeout),
+        "processing": ProcessRunner(process_pool, max_pending, job_timeout),
+    }

@@ -1,0 +1,126 @@
+"""What one server process owns: its pools, its HTTP client, its stats, its identity."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tornado.httpclient import AsyncHTTPClient
+from tornado.ioloop import PeriodicCallback
+
+from lab.config import Config
+from lab.runners import Runner, make_runners
+from lab.stats import Board, RequestStats
+
+log = logging.getLogger(__name__)
+
+# SimpleAsyncHTTPClient queues every request beyond max_clients (default 10)
+# inside the client, where it looks like a slow upstream. This is far above
+# fanout (<= 50) x hundreds of concurrent /async requests; an unused slot
+# costs nothing.
+MAX_HTTP_CLIENTS = 10_000
+# How often pool gauges (running/waiting) reach the board between requests.
+PUBLISH_EVERY_MS = 200
+
+
+@dataclass
+class Services:
+    """Created inside each server process, after any fork; closed on the way out."""
+
+    config: Config
+    runners: dict[str, Runner]
+    http: AsyncHTTPClient
+    upstream_url: str
+    task_id: int | None
+    board: Board
+    requests: RequestStats
+    restarts: int = 0
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    active_requests: int = 0
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    _publisher: PeriodicCallback | None = None
+
+    @classmethod
+    async def start(cls, config: Config, upstream_url: str, task_id: int | None, board: Board) -> Services:
+        runners = make_runners(config.thread_pool, config.process_pool, config.max_pending, config.job_timeout)
+        for runner in runners.values():
+            await runner.start()
+        http = AsyncHTTPClient(
+            force_instance=True,
+            max_clients=MAX_HTTP_CLIENTS,
+            defaults={"connect_timeout": config.upstream_timeout, "request_timeout": config.upstream_timeout},
+        )
+        # A child replacing a dead one inherits its slot: its totals and a restart.
+        previous = board.read(task_id or 0)
+        services = cls(
+            config=config,
+            runners=runners,
+            http=http,
+            upstream_url=upstream_url,
+            task_id=task_id,
+            board=board,
+            requests=RequestStats(previous["requests"] if previous else None),
+            restarts=previous["restarts"] + 1 if previous else 0,
+        )
+        services._idle.set()
+        services.publish()
+        services._publisher = PeriodicCallback(services.publish, PUBLISH_EVERY_MS)
+        services._publisher.start()
+        log.info(
+            "ready: thread pool %d, process pool %d, max pending %d, job timeout %g s, upstream %s",
+            config.thread_pool,
+            config.process_pool,
+            config.max_pending,
+            config.job_timeout,
+            upstream_url,
+        )
+        return services
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "task_id": self.task_id,
+            "started": self.started,
+            "restarts": self.restarts,
+            "active_requests": self.active_requests,
+            "requests": self.requests.modes,
+            "pools": {mode: runner.snapshot() for mode, runner in self.runners.items()},
+            "published": time.time(),
+        }
+
+    def publish(self) -> None:
+        self.board.write(self.task_id or 0, self.snapshot())
+
+    def request_started(self) -> None:
+        self.active_requests += 1
+        self._idle.clear()
+
+    def request_finished(self, mode: str | None, status: int, seconds: float) -> None:
+        """Called once per request that request_started() counted, as it ends."""
+        self.active_requests -= 1
+        if not self.active_requests:
+            self._idle.set()
+        if mode is not None:
+            self.requests.record(mode, status, seconds)
+            self.publish()  # at once, so /stats from any process counts this request
+
+    async def drain(self, grace: float) -> bool:
+        """Wait up to `grace` seconds for in-flight requests; True if all finished."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self, wait: bool = True) -> None:
+        if self._publisher is not None:
+            self._publisher.stop()
+        self.http.close()
+        for runner in self.runners.values():
+            runner.close(wait)
+        self.publish()

@@ -1,0 +1,106 @@
+"""Per-process statistics, shared by all forked children through one memory board.
+
+The board is an anonymous shared mmap created by the parent *before* the
+fork, one slot per task id, so every child can read every other child's
+latest numbers without a broker process, a file or a lock. Each slot has one
+writer (the child with that task id) and is guarded by a sequence counter
+(a seqlock): the writer makes the counter odd, writes, makes it even again;
+a reader retries until it sees the same even value before and after. A child
+killed mid-write leaves an odd counter, which readers report as a torn slot
+instead of blocking on a lock nobody will release. A replacement child takes
+over its predecessor's slot, so its restart is visible and the task's
+totals survive it.
+
+Why not prometheus_client's multiprocess mode: it aggregates counters and
+gauges well but keeps one file per pid and cannot carry the lists /stats
+shows (busy workers, their pids). /metrics renders the same board instead.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+import time
+from typing import Any
+
+SLOT_BYTES = 64 * 1024
+_HEADER = struct.Struct("<QI")  # sequence counter, payload length
+
+
+class Board:
+    """Fixed slots of JSON in shared memory; create before forking."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        # mmap(-1, ...) is MAP_SHARED | MAP_ANONYMOUS: forked children share it.
+        self._mem = mmap.mmap(-1, slots * SLOT_BYTES)
+
+    def write(self, slot: int, doc: dict[str, Any]) -> None:
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+        if len(payload) > SLOT_BYTES - _HEADER.size:
+            raise ValueError(f"stats document of {len(payload)} bytes does not fit a slot")
+        base = slot * SLOT_BYTES
+        seq = _HEADER.unpack_from(self._mem, base)[0]
+        _HEADER.pack_into(self._mem, base, seq + 1, 0)  # odd: writing
+        self._mem[base + _HEADER.size : base + _HEADER.size + len(payload)] = payload
+        _HEADER.pack_into(self._mem, base, seq + 2, len(payload))  # even: done
+
+    def read(self, slot: int, attempts: int = 1000) -> dict[str, Any] | None:
+        """The slot's last complete document; None if never written or torn."""
+        base = slot * SLOT_BYTES
+        for _ in range(attempts):
+            seq, length = _HEADER.unpack_from(self._mem, base)
+            if seq == 0:
+                return None
+            if seq % 2 == 0:
+                payload = self._mem[base + _HEADER.size : base + _HEADER.size + length]
+                if _HEADER.unpack_from(self._mem, base)[0] == seq:
+                    doc: dict[str, Any] = json.loads(payload)
+                    return doc
+            time.sleep(0)
+        return None
+
+    def close(self) -> None:
+        self._mem.close()
+
+
+class RequestStats:
+    """Requests, errors and latency per mode for this process."""
+
+    def __init__(self, previous: dict[str, Any] | None = None) -> None:
+        self.modes: dict[str, dict[str, float]] = previous or {}
+
+    def record(self, mode: str, status: int, seconds: float) -> None:
+        entry = self.modes.setdefault(mode, {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0})
+        ms = seconds * 1000
+        entry["count"] += 1
+        entry["errors"] += status >= 400
+        entry["total_ms"] += ms
+        entry["max_ms"] = max(entry["max_ms"], ms)
+
+
+def summarise(modes: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """count/errors/mean_ms/max_ms per mode from the raw sums."""
+    return {
+        mode: {
+            "count": int(e["count"]),
+            "errors": int(e["errors"]),
+            "mean_ms": round(e["total_ms"] / e["count"], 3) if e["count"] else 0.0,
+            "max_ms": round(e["max_ms"], 3),
+        }
+        for mode, e in sorted(modes.items())
+    }
+
+
+def merge(docs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Add raw per-mode sums of several processes together."""
+    total: dict[str, dict[str, float]] = {}
+    for modes in docs:
+        for mode, e in modes.items():
+            t = total.setdefault(mode, {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0})
+            t["count"] += e["count"]
+            t["errors"] += e["errors"]
+            t["total_ms"] += e["total_ms"]
+            t["max_ms"] = max(t["max_ms"], e["max_ms"])
+    return total

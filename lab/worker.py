@@ -1,0 +1,36 @@
+"""What runs inside a process-pool worker: its initializer and the job wrapper."""
+
+from __future__ import annotations
+
+import os
+import signal
+from multiprocessing.connection import Connection
+from typing import Any
+
+from lab.procs import watch_parent
+from workloads import RunRecord, run_timed
+
+_started: Connection | None = None
+
+
+def init_pool_worker(started: Connection) -> None:
+    """Initializer of every process-pool worker."""
+    global _started
+    _started = started
+    # Ctrl-C reaches the whole foreground process group; the server that owns
+    # this pool shuts it down in order, so a worker must not die of SIGINT
+    # mid-job (that would break the pool and print a traceback per worker).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent()
+
+
+def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
+    """Tell the server which worker took job `job_id`, then run it.
+
+    The server needs the pid to show busy workers in /stats and to kill the
+    right one when the job outlives --job-timeout. The message is a few dozen
+    bytes, so the pipe write is atomic even with every worker sharing it.
+    """
+    if _started is not None:
+        _started.send((job_id, os.getpid()))
+    return run_timed(name, params)

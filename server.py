@@ -1,0 +1,150 @@
+"""Tornado Concurrency Lab: parse options, bind, fork, serve, stop cleanly.
+
+The order in main() is the fork-safety contract (Tornado's
+docs/guide/running.rst): sockets are bound in the parent, children are forked
+before anything creates an IOLoop, an HTTP client or an executor, and each
+child then builds its own with asyncio.run.
+"""
+
+from __future__ import annotations
+
+import os
+
+# BLAS/OpenMP thread pools are sized when numpy loads, so this comes before
+# any import that loads numpy: here, in handlers, and in spawned pool workers
+# (they inherit the environment). One thread each keeps the modes comparable
+# and processes x threads x BLAS threads within the cores. Set a variable
+# yourself to experiment; /stats and the bench report what was used.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import asyncio  # noqa: E402
+import logging  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from types import FrameType  # noqa: E402
+
+import psutil  # noqa: E402
+from tornado import autoreload  # noqa: E402
+from tornado.httpserver import HTTPServer  # noqa: E402
+from tornado.netutil import bind_sockets  # noqa: E402
+from tornado.process import fork_processes  # noqa: E402
+
+from lab import logs  # noqa: E402
+from lab.app import make_app  # noqa: E402
+from lab.config import Config, parse_args  # noqa: E402
+from lab.procs import EmbeddedUpstream, watch_parent  # noqa: E402
+from lab.services import Services  # noqa: E402
+from lab.stats import Board  # noqa: E402
+
+log = logging.getLogger("lab.server")
+
+
+def raise_fd_limit() -> None:
+    # Each concurrent /async request holds two sockets (client and upstream).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def fork_children(count: int, spare: set[int]) -> int:
+    """Fork `count` servers with tornado.process.fork_processes; returns in each child.
+
+    The parent stays inside fork_processes, restarting children that crash.
+    It forwards SIGTERM/SIGINT to the children (Tornado does not) and exits
+    once all of them have stopped cleanly. `spare` are child pids that are
+    not servers (the embedded upstream): the caller stops those last.
+    """
+    stopping = False
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in psutil.Process().children():
+            if child.pid not in spare:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    task_id = fork_processes(count)
+    # From here on we are a child.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if stopping:
+        sys.exit(0)  # restarted while the parent shuts down: nothing to do
+    watch_parent()
+    return task_id
+
+
+async def serve(
+    config: Config, sockets: list[socket.socket], board: Board, upstream_url: str, task_id: int | None
+) -> bool:
+    """One server process: pools, app, HTTP server. True if every request finished."""
+    stop = asyncio.Event()
+    hurry = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()  # a second Ctrl-C: stop waiting for in-flight work
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+    services = await Services.start(config, upstream_url, task_id, board)
+    if config.debug:
+        autoreload.add_reload_hook(lambda: services.close(wait=False))
+    server = HTTPServer(make_app(config, services))
+    server.add_sockets(sockets)
+
+    await stop.wait()
+    log.info("stopping: %d requests in flight, up to %g s to finish", services.active_requests, config.grace)
+    server.stop()  # no new connections; in-flight requests go on
+    drained = asyncio.ensure_future(services.drain(config.grace))
+    await asyncio.wait([drained, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
+    finished = drained.done() and drained.result()
+    if not finished:
+        log.warning("grace period over: %d requests abandoned", services.active_requests)
+    await server.close_all_connections()
+    services.close(wait=finished)
+    log.info("stopped")
+    return finished
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = parse_args(argv)
+    logs.configure()
+    raise_fd_limit()
+    sockets = bind_sockets(config.port, config.host)
+    port = sockets[0].getsockname()[1]
+    board = Board(config.process_count)  # shared memory: must exist before the fork
+    upstream = None if config.upstream else EmbeddedUpstream.start()
+    upstream_url = config.upstream or upstream.url  # type: ignore[union-attr]
+    if upstream is not None and config.debug:
+        autoreload.add_reload_hook(upstream.stop)
+    parent = os.getpid()
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    log.info("serving on http://%s:%d/ with %d process(es); Ctrl-C stops", host, port, config.process_count)
+    try:
+        task_id = None
+        if config.forked:
+            task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
+        finished = asyncio.run(serve(config, sockets, board, upstream_url, task_id))
+    finally:
+        if os.getpid() == parent and upstream is not None:
+            upstream.stop()
+    if not finished:
+        # A pool thread is still running an abandoned job and the interpreter
+        # would join it at exit; the grace period is over, so go now.
+        logging.shutdown()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Shared fixtures: a lab server subprocess per session, more when a test needs its own flags."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.lab_server import LabServer
+
+# Workloads imported in-process by unit tests get the same BLAS cap as the server.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+StartServer = Callable[..., LabServer]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """One default server shared by the read-mostly tests (start-up costs seconds)."""
+    lab = LabServer([], tmp_path_factory.mktemp("server") / "server.log")
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """Start a server with the given flags; every one is killed when the test ends."""
+    started: list[LabServer] = []
+
+    def start(*args: str) -> LabServer:
+        lab = LabServer(list(args), tmp_path / f"server{len(started)}.log")
+        started.append(lab)
+        return lab.start()
+
+    try:
+        yield start
+    finally:
+        for lab in started:
+            lab.cleanup()

@@ -1,0 +1,55 @@
+"""Reading response envelopes: intervals, overlap, shape."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from tests.lab_server import Reply
+
+Interval = tuple[float, float]
+
+
+def run_intervals(replies: list[Reply]) -> list[Interval]:
+    """(started, finished) of each run, in start order."""
+    return sorted((r.json()["timing"]["started"], r.json()["timing"]["finished"]) for r in replies)
+
+
+def any_overlap(intervals: list[Interval]) -> bool:
+    ordered = sorted(intervals)
+    return any(later[0] < earlier[1] for earlier, later in itertools.pairwise(ordered))
+
+
+def max_concurrency(intervals: list[Interval]) -> int:
+    """The most runs in progress at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(f, -1) for _, f in intervals], key=lambda e: (e[0], e[1]))
+    best = running = 0
+    for _, step in events:
+        running += step
+        best = max(best, running)
+    return best
+
+
+def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
+    assert body["mode"] == mode
+    assert body["workload"] == workload
+    assert set(body) >= {"params", "result", "server", "worker", "timing"}
+    assert set(body["server"]) == {"pid", "task_id"}
+    assert set(body["worker"]) == {"pid", "thread"}
+    timing = body["timing"]
+    assert set(timing) == {"received", "started", "finished", "queued_ms", "run_ms", "total_ms"}
+    assert timing["received"] <= timing["started"] <= timing["finished"]
+    assert timing["queued_ms"] >= 0 and timing["run_ms"] >= 0
+    assert timing["total_ms"] >= timing["run_ms"]
+
+
+def assert_error(reply: Reply, status: int, *fragments: str) -> None:
+    assert reply.status == status, reply.body
+    assert reply.headers["Content-Type"].startswith("application/json")
+    body = reply.json()
+    assert set(body) == {"error"}
+    assert body["error"]["status"] == status
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    for fragment in fragments:
+        assert fragment in body["error"]["message"]
+    assert "Traceback" not in reply.body.decode()

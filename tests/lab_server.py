@@ -1,0 +1,217 @@
+"""Run server.py as a subprocess on a free port and always reap it (and all it started)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from threading import Barrier
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVING = re.compile(r"serving on (http://[^/\s]+)/")
+
+
+class Reply:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, sent: float, received: float) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.sent = sent
+        self.received = received
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def get(url: str, timeout: float = 60.0, method: str = "GET") -> Reply:
+    request = urllib.request.Request(url, method=method)
+    sent = time.time()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Reply(response.status, dict(response.headers), response.read(), sent, time.time())
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, dict(error.headers), error.read(), sent, time.time())
+
+
+def copies(url: str, n: int) -> list[str]:
+    """n distinct URLs for the same request (the `_` parameter is ignored by the server)."""
+    joiner = "&" if "?" in url else "?"
+    return [f"{url}{joiner}_={i}" for i in range(n)]
+
+
+def get_many(urls: Sequence[str], timeout: float = 60.0) -> list[Reply]:
+    """Send every request at the same instant (a barrier releases them together)."""
+    barrier = Barrier(len(urls))
+
+    def one(url: str) -> Reply:
+        barrier.wait()
+        return get(url, timeout)
+
+    with ThreadPoolExecutor(len(urls)) as pool:
+        return list(pool.map(one, urls))
+
+
+def probe_during(job_urls: Sequence[str], probe_url: str, after: float = 0.3) -> tuple[list[Reply], Reply]:
+    """Start the jobs, send one probe `after` seconds later; both replies."""
+    with ThreadPoolExecutor(len(job_urls)) as pool:
+        jobs = [pool.submit(get, url) for url in job_urls]
+        time.sleep(after)
+        probe = get(probe_url)
+        return [job.result() for job in jobs], probe
+
+
+class LabServer:
+    """server.py in its own session, so teardown can kill its whole process group."""
+
+    def __init__(self, args: Sequence[str], log_path: Path) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.seen: set[int] = set()
+
+    def start(self, ready_timeout: float = 90.0) -> LabServer:
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "server.py", "--port", "0", *self.args],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + ready_timeout
+        while not self.url:
+            self._check_alive(deadline)
+            match = SERVING.search(self.log_path.read_text(errors="replace"))
+            if match:
+                self.url = match.group(1)
+            time.sleep(0.05)
+        while not self._all_serving():  # the socket is bound before the pools are warm
+            self._check_alive(deadline)
+            time.sleep(0.1)
+        self.remember_descendants()
+        return self
+
+    def _all_serving(self) -> bool:
+        """Every server process is up (forked children start one by one)."""
+        try:
+            stats = get(f"{self.url}/stats", timeout=2)
+        except OSError:
+            return False
+        if stats.status != 200:
+            return False
+        body = stats.json()
+        return bool(len(body["processes"]) == body["server"]["processes"])
+
+    def reach_every_child(self, children: int, attempts: int = 10) -> tuple[set[tuple[int, int]], int]:
+        """Send blocking requests until every forked child has answered one.
+
+        The kernel picks which child accepts, and a child that wakes up takes
+        every connection waiting, so a single batch may land on one child.
+        Returns the (pid, task_id) pairs seen and how many requests it took.
+        """
+        seen: set[tuple[int, int]] = set()
+        sent = 0
+        for _ in range(attempts):
+            replies = get_many(copies(f"{self.url}/blocking/sleep?seconds=0.2", 4))
+            sent += len(replies)
+            seen |= {(r.json()["server"]["pid"], r.json()["server"]["task_id"]) for r in replies}
+            if len(seen) == children:
+                break
+        return seen, sent
+
+    def _check_alive(self, deadline: float) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"server not ready in time:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def remember_descendants(self) -> set[int]:
+        """Note every process the server has started so far (checked after stop)."""
+        self.seen |= {p.pid for p in self.descendants()}
+        return self.seen
+
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        """Signal the server and wait for it to exit; its exit code, or None if it did not."""
+        assert self.process is not None
+        self.remember_descendants()
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        return self.process.returncode
+
+    def survivors(self, wait: float = 10.0) -> list[int]:
+        """Processes this server started that are still alive (zombies count as gone).
+
+        Looks at every process it was seen to start and at every member of its
+        process group, so children started after the last look count too.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            alive = sorted(pid for pid in self.seen | self._group() if _running(pid))
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.1)
+
+    def _group(self) -> set[int]:
+        members = set()
+        for process in psutil.process_iter():
+            try:
+                if os.getpgid(process.pid) == self.pid:
+                    members.add(process.pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return members
+
+    def cleanup(self) -> None:
+        """However the test went: kill whatever is left of the server, reap it."""
+        if self.process is None:
+            return
+        for pid in self.seen | self._group() | {self.pid}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            self.process.wait(10)
+        self._log.close()
+
+    def stop(self) -> None:
+        self.terminate()
+        self.cleanup()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

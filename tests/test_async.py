@@ -1,0 +1,65 @@
+"""/async: concurrent upstream calls awaited on the IOLoop; upstream failures map to 502/504."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.envelopes import assert_envelope, assert_error, max_concurrency
+from tests.lab_server import LabServer, copies, get, get_many
+
+
+def test_fanout_calls_overlap_at_the_upstream(server: LabServer) -> None:
+    body = get(f"{server.url}/async?delay=0.3&fanout=5").json()
+    assert_envelope(body, "async", "upstream")
+    assert body["params"] == {"delay": 0.3, "fanout": 5}
+    calls = body["result"]["calls"]
+    assert len(calls) == 5
+    assert len({c["pid"] for c in calls}) == 1
+    assert calls[0]["pid"] not in (server.pid, body["server"]["pid"])  # the upstream is its own process
+    assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 5
+    assert body["worker"] == {"pid": server.pid, "thread": "MainThread"}
+
+
+def test_many_concurrent_requests_are_not_queued_in_the_client(server: LabServer) -> None:
+    # 30 requests x fanout 2 = 60 calls, far past AsyncHTTPClient's default of 10.
+    replies = get_many(copies(f"{server.url}/async?delay=0.5&fanout=2", 30))
+    calls = [c for r in replies for c in r.json()["result"]["calls"]]
+    assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 60
+
+
+def test_delay_and_fanout_are_validated(server: LabServer) -> None:
+    assert_error(get(f"{server.url}/async?delay=-1"), 400, "delay must be a number between 0 and 30")
+    assert_error(get(f"{server.url}/async?fanout=0"), 400, "fanout must be an integer between 1 and 50")
+    assert_error(get(f"{server.url}/async?delay=inf"), 400, "delay")
+
+
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed on exit: connecting is refused
+
+
+@pytest.fixture
+def silent_upstream() -> Iterator[str]:
+    # Listens (the kernel completes the handshake) but never answers.
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_refused_upstream_is_502(start_server: StartServer, closed_port: int) -> None:
+    lab = start_server("--upstream", f"http://127.0.0.1:{closed_port}", "--process-pool", "1")
+    assert_error(get(f"{lab.url}/async?delay=0"), 502, "unreachable")
+    assert get(f"{lab.url}/ping").status == 200
+
+
+def test_silent_upstream_is_504(start_server: StartServer, silent_upstream: str) -> None:
+    lab = start_server("--upstream", silent_upstream, "--upstream-timeout", "1", "--process-pool", "1")
+    reply = get(f"{lab.url}/async?delay=0")
+    assert_error(reply, 504, "did not answer within 1 s")
+    assert reply.received - reply.sent < 5
+    assert get(f"{lab.url}/ping").status == 200

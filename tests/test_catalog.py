@@ -1,0 +1,56 @@
+"""/, /ping and /workloads."""
+
+from __future__ import annotations
+
+import re
+
+from tests.lab_server import LabServer, get
+from workloads import WORKLOADS
+
+
+def test_ping_is_tiny(server: LabServer) -> None:
+    reply = get(f"{server.url}/ping")
+    assert reply.json() == {"pong": True, "pid": server.pid}
+    assert reply.headers["Cache-Control"] == "no-store"
+
+
+def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
+    listed = get(f"{server.url}/workloads").json()
+    assert isinstance(listed, list)
+    assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep"]
+    for entry in listed:
+        assert set(entry) == {"name", "description", "params", "releases_gil"}
+        assert entry["releases_gil"] is WORKLOADS[entry["name"]].releases_gil
+        for param in entry["params"]:
+            assert {"name", "type", "default"} <= set(param)
+            assert ({"min", "max"} <= set(param)) or "choices" in param
+    by_name = {w["name"]: w for w in listed}
+    assert by_name["count"]["params"][0] == {
+        "name": "n",
+        "type": "integer",
+        "default": 20_000_000,
+        "min": 1,
+        "max": 200_000_000,
+        "help": "loop iterations",
+    }
+    assert by_name["count"]["releases_gil"] is False
+    assert by_name["matmul"]["releases_gil"] is True
+
+
+def test_published_maxima_are_enforced(server: LabServer) -> None:
+    # The limits /workloads publishes are the ones the server enforces.
+    for workload in WORKLOADS.values():
+        for param in workload.params:
+            described = param.describe()
+            if described["type"] == "integer":
+                assert get(f"{server.url}/blocking/{workload.name}?{param.name}={described['max'] + 1}").status == 400
+
+
+def test_page_links_every_route(server: LabServer) -> None:
+    reply = get(f"{server.url}/")
+    assert reply.status == 200
+    assert reply.headers["Content-Type"].startswith("text/html")
+    html = reply.body.decode()
+    links = set(re.findall(r'href="(/[a-z]*)', html))
+    assert {"/ping", "/workloads", "/blocking", "/threading", "/processing", "/async", "/stats"} <= links
+    assert "http://" not in html and "https://" not in html  # self-contained, nothing off-origin

@@ -1,0 +1,62 @@
+"""The command line: defaults from SPEC.md, clear errors, --help that helps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lab.config import Config, cpu_count, parse_args
+from tests.lab_server import ROOT
+
+
+def test_defaults() -> None:
+    config = parse_args([])
+    assert config == Config()
+    assert (config.host, config.port, config.processes) == ("127.0.0.1", 8000, 1)
+    assert config.thread_pool == min(32, cpu_count() + 4)
+    assert config.process_pool == cpu_count()
+    assert config.upstream is None and config.access_log and not config.debug
+
+
+def test_flags() -> None:
+    argv = (
+        "--host 0.0.0.0 --port 0 --processes 0 --thread-pool 3 --process-pool 5 --upstream http://127.0.0.1:9/ "
+        "--no-access-log --max-pending 7 --job-timeout 2.5 --upstream-timeout 1 --grace 3"
+    )
+    config = parse_args(argv.split())
+    assert config.processes == 0 and config.process_count == cpu_count() and config.forked
+    assert (config.thread_pool, config.process_pool, config.max_pending) == (3, 5, 7)
+    assert config.upstream == "http://127.0.0.1:9"
+    assert (config.job_timeout, config.upstream_timeout, config.grace) == (2.5, 1.0, 3.0)
+    assert not config.access_log
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--processes", "-1"], "must be at least 0"),
+        (["--thread-pool", "0"], "must be at least 1"),
+        (["--job-timeout", "nan"], "positive number of seconds"),
+        (["--upstream-timeout", "0"], "positive number of seconds"),
+        (["--upstream", "ftp://x"], "is not an http(s)://host[:port] URL"),
+        (["--debug", "--processes", "2"], "--debug needs --processes 1"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_reason(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_lists_every_flag() -> None:
+    out = subprocess.run(
+        [sys.executable, "server.py", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    for flag in (
+        "--host", "--port", "--processes", "--thread-pool", "--process-pool", "--upstream", "--no-access-log",
+        "--debug", "--max-pending", "--job-timeout", "--upstream-timeout", "--grace",
+    ):  # fmt: skip
+        assert flag in out

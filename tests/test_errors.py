@@ -1,0 +1,48 @@
+"""Every error is the JSON error shape with the right status, and the server keeps serving."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.envelopes import assert_error
+from tests.lab_server import LabServer, get
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "fragment"),
+    [
+        ("/blocking?n=abc", 400, "n must be an integer between 1 and 200000000"),
+        ("/threading?n=0", 400, "n must be an integer between 1 and 200000000"),
+        ("/processing/fib?n=39", 400, "n must be an integer between 1 and 38"),
+        ("/processing/matmul?repeat=1.5", 400, "repeat must be an integer between 1 and 50"),
+        ("/threading/train?dataset=mnist", 400, "dataset must be one of: digits, iris, wine, breast_cancer"),
+        ("/blocking/sleep?seconds=nan", 400, "seconds must be a number between 0 and 30"),
+        ("/blocking/sleep?seconds=1e999", 400, "seconds must be a number between 0 and 30"),
+        ("/blocking?n=1&n=2", 400, "n given 2 times"),
+        ("/blocking?N=5", 400, "unknown parameter 'N' for count; allowed: n"),
+        ("/blocking/count?n=%FF", 400, "not valid UTF-8"),
+        ("/blocking?" + "a" * 3000, 400, "query string too long"),
+        ("/processing/nope", 404, "workloads: count, fib, matmul, train, predict, sleep"),
+        ("/blocking/..%2F..%2Fetc%2Fpasswd", 404, "unknown workload"),
+        ("/nope", 404, "no route for '/nope'"),
+        ("/blocking/count/extra", 404, "no route"),
+    ],
+)
+def test_bad_requests_get_json_errors(server: LabServer, path: str, status: int, fragment: str) -> None:
+    assert_error(get(server.url + path), status, fragment)
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_wrong_methods_are_405(server: LabServer, method: str) -> None:
+    assert_error(get(f"{server.url}/processing", method=method), 405)
+
+
+def test_server_keeps_serving_after_garbage(server: LabServer) -> None:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"\x00\xff garbage \r\n\r\n")
+        sock.recv(1024)  # whatever it says (or nothing), it must not take the server down
+    assert get(f"{server.url}/ping").json()["pong"] is True
+    assert get(f"{server.url}/blocking?n=10").json()["result"] == 10

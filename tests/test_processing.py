@@ -1,0 +1,41 @@
+"""/processing: runs in the ONE shared process pool, in parallel, outside the server."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.config import cpu_count
+from tests.envelopes import any_overlap, assert_envelope, run_intervals
+from tests.lab_server import LabServer, copies, get, get_many, probe_during
+
+
+def test_envelope(server: LabServer) -> None:
+    body = get(f"{server.url}/processing/fib?n=20").json()
+    assert_envelope(body, "processing", "fib")
+    assert body["result"] == 6765
+    assert body["worker"]["pid"] != server.pid
+    assert body["worker"]["thread"] == "MainThread"
+
+
+@pytest.mark.skipif(cpu_count() < 2, reason="needs two cores for two workers")
+def test_cpu_jobs_overlap_in_distinct_workers(server: LabServer) -> None:
+    replies = get_many(copies(f"{server.url}/processing/count?n=3000000", 4))
+    assert all(r.status == 200 and r.json()["result"] == 3_000_000 for r in replies)
+    assert any_overlap(run_intervals(replies))
+    workers = {r.json()["worker"]["pid"] for r in replies}
+    assert len(workers) >= 2
+    assert server.pid not in workers
+
+
+def test_workers_are_reused_not_spawned_per_request(server: LabServer) -> None:
+    first = {r.json()["worker"]["pid"] for r in get_many(copies(f"{server.url}/processing/sleep?seconds=0.2", 4))}
+    second = {r.json()["worker"]["pid"] for r in get_many(copies(f"{server.url}/processing/sleep?seconds=0.2", 4))}
+    pool = set(get(f"{server.url}/stats").json()["processes"][0]["pools"]["processing"]["worker_pids"])
+    assert first | second <= pool
+    assert len(pool) == cpu_count()
+
+
+def test_ping_answers_while_workers_compute(server: LabServer) -> None:
+    jobs, ping = probe_during(copies(f"{server.url}/processing/sleep?seconds=1.5", 2), f"{server.url}/ping")
+    assert ping.status == 200
+    assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)

@@ -1,0 +1,87 @@
+"""/stats: exact counters per mode, per process, aggregated across forked children."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from tests.conftest import StartServer
+from tests.lab_server import copies, get
+
+
+def _known_sequence(url: str) -> None:
+    for _ in range(3):
+        assert get(f"{url}/blocking?n=10").status == 200
+    for _ in range(2):
+        assert get(f"{url}/processing/fib?n=5").status == 200
+    assert get(f"{url}/threading?n=abc").status == 400
+    assert get(f"{url}/async?delay=0").status == 200
+    assert get(f"{url}/ping").status == 200  # not a mode: not counted
+    assert get(f"{url}/nope").status == 404  # not a mode: not counted
+
+
+EXPECTED = {"blocking": (3, 0), "processing": (2, 0), "threading": (1, 1), "async": (1, 0)}
+
+
+def _counts(requests: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]]:
+    return {mode: (int(r["count"]), int(r["errors"])) for mode, r in requests.items()}
+
+
+def test_counters_after_a_known_sequence(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2")
+    _known_sequence(lab.url)
+    stats = get(f"{lab.url}/stats").json()
+    assert _counts(stats["totals"]["requests"]) == EXPECTED
+    [process] = stats["processes"]
+    assert process["pid"] == lab.pid and process["task_id"] is None and process["restarts"] == 0
+    assert process["alive"] and process["rss_bytes"] > 0 and process["cpu_s"] >= 0
+    assert _counts(process["requests"]) == EXPECTED
+    for mode in EXPECTED:
+        assert 0 <= process["requests"][mode]["mean_ms"] <= process["requests"][mode]["max_ms"]
+    pool = process["pools"]["processing"]
+    assert pool["size"] == 2 and pool["submitted"] == 2 and pool["running"] == 0 and pool["waiting"] == 0
+    assert len(pool["workers"]) == 2
+    assert all(w["alive"] and w["rss_bytes"] > 0 and not w["busy"] for w in pool["workers"])
+    assert stats["server"]["process_pool"] == 2 and stats["server"]["forked"] is False
+
+
+def test_busy_workers_and_waiting_jobs_are_visible(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--thread-pool", "1")
+    with ThreadPoolExecutor(4) as pool:
+        jobs = [pool.submit(get, u) for u in copies(f"{lab.url}/processing/sleep?seconds=1.5", 2)]
+        jobs += [pool.submit(get, u) for u in copies(f"{lab.url}/threading/sleep?seconds=1.5", 2)]
+        time.sleep(0.5)
+        stats = get(f"{lab.url}/stats").json()
+        assert all(j.result().status == 200 for j in jobs)
+    pools = stats["processes"][0]["pools"]
+    assert (pools["processing"]["running"], pools["processing"]["waiting"]) == (1, 1)
+    assert (pools["threading"]["running"], pools["threading"]["waiting"]) == (1, 1)
+    [worker] = pools["processing"]["workers"]
+    assert worker["busy"] is True
+    assert pools["processing"]["busy_workers"] == [worker["pid"]]
+    assert pools["threading"]["busy_workers"] == ["lab-thread_0"]
+
+
+def test_any_forked_child_reports_all_children(start_server: StartServer) -> None:
+    lab = start_server("--processes", "2", "--process-pool", "1")
+    seen, sent = lab.reach_every_child(2)
+    served_by = {pid for pid, _ in seen}
+    assert len(served_by) == 2
+    _known_sequence(lab.url)
+    blocking_done = 3 + sent
+    answered_by = set()
+    with ThreadPoolExecutor(1) as pool:
+        for _ in range(20):
+            # While one child is blocked, the other must answer /stats.
+            job = pool.submit(get, f"{lab.url}/blocking/sleep?seconds=0.6")
+            time.sleep(0.2)
+            stats = get(f"{lab.url}/stats").json()
+            answered_by.add(stats["server"]["answered_by"]["pid"])
+            assert _counts(stats["totals"]["requests"]) == {**EXPECTED, "blocking": (blocking_done, 0)}
+            assert sorted(p["task_id"] for p in stats["processes"]) == [0, 1]
+            assert {p["pid"] for p in stats["processes"]} == served_by
+            assert job.result().status == 200
+            blocking_done += 1
+            if len(answered_by) == 2:
+                break
+    assert answered_by == served_by

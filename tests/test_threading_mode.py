@@ -1,0 +1,30 @@
+"""/threading: runs on the shared pool's threads inside the server process."""
+
+from __future__ import annotations
+
+from tests.envelopes import any_overlap, assert_envelope, max_concurrency, run_intervals
+from tests.lab_server import LabServer, copies, get_many, probe_during
+
+
+def test_runs_on_pool_threads_of_the_server(server: LabServer) -> None:
+    replies = get_many(copies(f"{server.url}/threading/fib?n=18", 4))
+    for reply in replies:
+        body = reply.json()
+        assert_envelope(body, "threading", "fib")
+        assert body["result"] == 2584
+        assert body["worker"]["pid"] == server.pid
+        assert body["worker"]["thread"].startswith("lab-thread")
+
+
+def test_sleep_jobs_overlap(server: LabServer) -> None:
+    replies = get_many(copies(f"{server.url}/threading/sleep?seconds=0.5", 4))
+    intervals = run_intervals(replies)
+    assert any_overlap(intervals)
+    assert max_concurrency(intervals) == 4  # the default pool has cores + 4 >= 5 threads
+    assert len({r.json()["worker"]["thread"] for r in replies}) == 4
+
+
+def test_ping_answers_while_threads_run(server: LabServer) -> None:
+    jobs, ping = probe_during(copies(f"{server.url}/threading/sleep?seconds=1.5", 3), f"{server.url}/ping")
+    assert ping.status == 200
+    assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)

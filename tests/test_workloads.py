@@ -1,0 +1,65 @@
+"""Workloads are pure and deterministic: known answers, checked in-process."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workloads import WORKLOADS, cpu, io, ml, numeric, run_timed
+
+KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS]
+
+
+@pytest.mark.parametrize(("name", "params", "expected"), KNOWN, ids=[f"{n}-{p}" for n, p, _ in KNOWN])
+def test_known_answer(name: str, params: dict[str, Any], expected: Any) -> None:
+    assert WORKLOADS[name].func(**params) == expected
+
+
+def test_every_workload_has_known_answers() -> None:
+    assert {name for name, _, _ in KNOWN} == set(WORKLOADS)
+
+
+def _matmul_by_hand(n: int) -> int:
+    # The same matrices as numeric.matmul, multiplied with a pure-Python triple loop.
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 10, size=(n, n)).tolist()
+    b = rng.integers(0, 10, size=(n, n)).tolist()
+    return sum(a[i][k] * b[k][j] for i in range(n) for j in range(n) for k in range(n))
+
+
+@pytest.mark.parametrize("n", [1, 7, 40])
+def test_matmul_known_answers_match_a_pure_python_product(n: int) -> None:
+    table = {p["n"]: v for _, p, v in numeric.KNOWN_ANSWERS}
+    assert table[n] == _matmul_by_hand(n)
+
+
+def test_defaults_are_within_their_limits() -> None:
+    for workload in WORKLOADS.values():
+        for param in workload.params:
+            described = param.describe()
+            if "min" in described:
+                assert described["min"] <= described["default"] <= described["max"]
+            else:
+                assert described["default"] in described["choices"]
+
+
+def test_run_timed_reports_where_and_when_it_ran() -> None:
+    record = run_timed("count", {"n": 1000})
+    assert record["result"] == 1000
+    assert record["pid"] == os.getpid()
+    assert record["thread"] == threading.current_thread().name
+    assert record["started"] <= record["finished"]
+
+
+def test_predict_model_is_trained_once_per_process() -> None:
+    first = ml.predictor()
+    ml.predict(10)
+    assert ml.predictor() is first
+
+
+def test_train_is_deterministic() -> None:
+    assert ml.train("wine", 20) == ml.train("wine", 20)

@@ -1,0 +1,51 @@
+# Tornado Concurrency Lab: one command each (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: install run test lint format bench system-deps clean
+
+## install: create .venv with the pinned runtime dependencies
+install: $(VENV)/.runtime
+
+$(VENV)/.runtime: requirements.txt
+	@scripts/system-deps.sh venv $(PYTHON)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	@touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+## run: serve http://127.0.0.1:8000 with the embedded upstream (ARGS="--processes 0" etc.)
+run: install
+	$(BIN)/python server.py $(ARGS)
+
+## test: dev deps, system tools the tests need (siege, chromium), lint, the whole suite
+test: $(VENV)/.dev system-deps lint
+	$(BIN)/python -m pytest $(ARGS)
+
+## lint: ruff (lint + format check) and mypy
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## format: apply ruff's formatting and safe fixes
+format: $(VENV)/.dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## bench: the 10-concurrent-requests experiment with siege (ARGS are passed on)
+bench: install
+	@scripts/system-deps.sh siege
+	bench/siege.sh $(ARGS)
+
+## system-deps: siege and chromium from apt, when missing
+system-deps:
+	@scripts/system-deps.sh siege chromium
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

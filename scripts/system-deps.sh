@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install the system packages the lab needs, only when missing.
+#   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
+#   scripts/system-deps.sh siege chromium
+set -euo pipefail
+
+apt_install() {
+    local runner=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then runner=(sudo); else
+            echo "error: need root or sudo to run: apt-get install -y $*" >&2; exit 2
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: no apt-get here; install these yourself: $*" >&2; exit 2
+    fi
+    echo "installing system packages: $*" >&2
+    "${runner[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${runner[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+case "${1:-}" in
+venv)
+    python="${2:-python3}"
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        echo "error: $python is not Python 3.11+ (make PYTHON=python3.11 ...)" >&2; exit 2
+    fi
+    if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+        version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        apt_install "python${version}-venv"
+    fi
+    ;;
+*)
+    missing=()
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
+    ;;
+esac

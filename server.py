@@ -82,7 +82,13 @@ def fork_children(count: int, spare: set[int]) -> int:
 
 
 async def serve(
-    config: Config, sockets: list[socket.socket], board: Board, upstream_url: str, task_id: int | None
+    config: Config,
+    sockets: list[socket.socket],
+    *,
+    board: Board,
+    base_url: str,
+    upstream_url: str,
+    task_id: int | None,
 ) -> bool:
     """One server process: pools, app, HTTP server. True if every request finished."""
     stop = asyncio.Event()
@@ -97,7 +103,7 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
 
-    services = await Services.start(config, upstream_url, task_id, board)
+    services = await Services.start(config, base_url, upstream_url, task_id, board)
     if config.debug:
         autoreload.add_reload_hook(lambda: services.close(wait=False))
     server = HTTPServer(make_app(config, services))
@@ -117,6 +123,12 @@ async def serve(
     return finished
 
 
+def _base_url(host: str, port: int) -> str:
+    """How this server reaches itself: a wildcard bind is reached on loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     config = parse_args(argv)
     logs.configure()
@@ -129,13 +141,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if upstream is not None and config.debug:
         autoreload.add_reload_hook(upstream.stop)
     parent = os.getpid()
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    log.info("serving on http://%s:%d/ with %d process(es); Ctrl-C stops", host, port, config.process_count)
+    base_url = _base_url(config.host, port)
+    log.info("serving on %s/ with %d process(es); Ctrl-C stops", base_url, config.process_count)
     try:
         task_id = None
         if config.forked:
             task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
-        finished = asyncio.run(serve(config, sockets, board, upstream_url, task_id))
+        finished = asyncio.run(
+            serve(config, sockets, board=board, base_url=base_url, upstream_url=upstream_url, task_id=task_id)
+        )
     finally:
         if os.getpid() == parent and upstream is not None:
             upstream.stop()

@@ -60,6 +60,7 @@ class StatsHandler(LabHandler):
                     "process_pool": config.process_pool,
                     "max_pending": config.max_pending,
                     "job_timeout_s": config.job_timeout,
+                    "url": services.base_url,
                     "upstream": services.upstream_url,
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},

@@ -32,6 +32,9 @@ class Services:
     """Created inside each server process, after any fork; closed on the way out."""
 
     config: Config
+    # This server's own address, for calls it makes to itself (the page's
+    # race driver); never taken from a request's Host header.
+    base_url: str
     runners: dict[str, Runner]
     http: AsyncHTTPClient
     upstream_url: str
@@ -46,7 +49,9 @@ class Services:
     _publisher: PeriodicCallback | None = None
 
     @classmethod
-    async def start(cls, config: Config, upstream_url: str, task_id: int | None, board: Board) -> Services:
+    async def start(
+        cls, config: Config, base_url: str, upstream_url: str, task_id: int | None, board: Board
+    ) -> Services:
         runners = make_runners(config.thread_pool, config.process_pool, config.max_pending, config.job_timeout)
         for runner in runners.values():
             await runner.start()
@@ -59,6 +64,7 @@ class Services:
         previous = board.read(task_id or 0)
         services = cls(
             config=config,
+            base_url=base_url,
             runners=runners,
             http=http,
             upstream_url=upstream_url,

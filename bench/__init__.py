@@ -1,0 +1,1 @@
+"""The bench: siege.sh and the Python race, sweep and summary tools."""

@@ -29,18 +29,20 @@ from types import FrameType  # noqa: E402
 
 import psutil  # noqa: E402
 from tornado import autoreload  # noqa: E402
-from tornado.httpserver import HTTPServer  # noqa: E402
 from tornado.netutil import bind_sockets  # noqa: E402
 from tornado.process import fork_processes  # noqa: E402
 
 from lab import logs  # noqa: E402
 from lab.app import make_app  # noqa: E402
 from lab.config import Config, parse_args  # noqa: E402
+from lab.httpserver import make_http_server  # noqa: E402
 from lab.procs import EmbeddedUpstream, watch_parent  # noqa: E402
 from lab.services import Services  # noqa: E402
 from lab.stats import Board  # noqa: E402
 
 log = logging.getLogger("lab.server")
+
+LISTEN_BACKLOG = 1024
 
 
 def raise_fd_limit() -> None:
@@ -106,7 +108,7 @@ async def serve(
     services = await Services.start(config, base_url, upstream_url, task_id, board)
     if config.debug:
         autoreload.add_reload_hook(lambda: services.close(wait=False))
-    server = HTTPServer(make_app(config, services))
+    server = make_http_server(make_app(config, services))
     server.add_sockets(sockets)
 
     await stop.wait()
@@ -116,7 +118,9 @@ async def serve(
     await asyncio.wait([drained, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
     finished = drained.done() and drained.result()
     if not finished:
-        log.warning("grace period over: %d requests abandoned", services.active_requests)
+        log.warning("grace period over: %d requests get 503", services.active_requests)
+        services.abandon()
+        await services.drain(1.0)  # time for those 503s to be written
     await server.close_all_connections()
     services.close(wait=finished)
     log.info("stopped")
@@ -133,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = parse_args(argv)
     logs.configure()
     raise_fd_limit()
-    sockets = bind_sockets(config.port, config.host)
+    # A listen queue like uWSGI's: a burst of hundreds of connections waits in
+    # the kernel instead of being dropped (Tornado's default backlog is 128).
+    sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
     port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
     upstream = None if config.upstream else EmbeddedUpstream.start()

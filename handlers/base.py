@@ -26,6 +26,9 @@ class JsonHandler(RequestHandler):
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
 
+    def compute_etag(self) -> None:
+        return None  # every answer is fresh (no-store); hashing it would only cost time
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(error, HTTPError) and error.log_message:
@@ -70,14 +73,18 @@ class LabHandler(JsonHandler):
         """Await `work`, cancelling it if the client goes away first.
 
         Abandoned work must not run: a queued job nobody waits for would make
-        the next caller wait behind it.
+        the next caller wait behind it. The server cancels it too when its
+        grace period for stopping runs out.
         """
         job: asyncio.Future[T] = asyncio.ensure_future(work)
         self._job = job
+        self.services.jobs.add(job)
         try:
             return await job
         except asyncio.CancelledError:
             if not self.request.connection.stream.closed():  # type: ignore[union-attr]
+                if self.services.stopping:
+                    raise LabError(503, "the server is shutting down; retry", retry_after=1) from None
                 raise
             # Nobody to answer; 499 is nginx's "client closed request", so the
             # access log and /stats show what happened.
@@ -85,6 +92,7 @@ class LabHandler(JsonHandler):
             raise Finish() from None
         finally:
             self._job = None
+            self.services.jobs.discard(job)
 
     def on_connection_close(self) -> None:
         if self._job is not None:
@@ -95,6 +103,7 @@ class NotFoundHandler(LabHandler):
     """JSON 404 for every path no route matches."""
 
     def prepare(self) -> None:
+        super().prepare()  # an absurd URI is a 414 before it is a 404
         raise LabError(
             404,
             f"no route for {self.request.path[:200]!r}; try /, /ping, /workloads, /stats, /async, "

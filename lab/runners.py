@@ -18,6 +18,7 @@ import time
 from collections import deque
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -96,6 +97,14 @@ class Slots:
         self.busy -= 1
 
 
+@dataclass
+class _Job:
+    """A job handed to an executor; `started` resolves when a worker really begins it."""
+
+    started: asyncio.Future[float]
+    worker: int | str | None = None
+
+
 class PoolRunner:
     """What both pool modes share: admission, deadlines, cancellation, counters."""
 
@@ -111,8 +120,7 @@ class PoolRunner:
         self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
-        # job id -> (time handed to the executor, worker that took it once known)
-        self._running: dict[int, tuple[float, int | str | None]] = {}
+        self._running: dict[int, _Job] = {}
 
     @property
     def executor(self) -> Executor:
@@ -135,13 +143,14 @@ class PoolRunner:
             self.counts["cancelled_waiting"] += 1  # its client left before it started
             raise
         job_id = next(self._job_ids)
+        record = self._running[job_id] = _Job(asyncio.get_running_loop().create_future())
         try:
             job = self._submit(job_id, workload, params)
         except BaseException:
+            del self._running[job_id]
             self.slots.release()
             raise
         self.counts["submitted"] += 1
-        self._running[job_id] = (time.time(), None)
 
         def ended(_: object) -> None:
             # The slot frees when the job has really ended, not when its
@@ -153,6 +162,10 @@ class PoolRunner:
 
         job.add_done_callback(ended)
         try:
+            # The deadline counts from the moment a worker starts the job: a
+            # worker still starting up (a replaced pool) is not the job's fault.
+            either: list[asyncio.Future[Any]] = [job, record.started]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
         except TimeoutError:
             self.counts["timed_out"] += 1
@@ -165,7 +178,8 @@ class PoolRunner:
             self.on_broken()
             raise LabError(
                 503,
-                "the process-pool worker running this job died; the pool is being rebuilt, retry",
+                "the process pool broke while running this job (a worker died or was killed); "
+                "it is being replaced, retry",
                 retry_after=RETRY_AFTER_S,
             ) from None
 
@@ -173,8 +187,10 @@ class PoolRunner:
         raise NotImplementedError
 
     def _started(self, job_id: int, worker: int | str) -> None:
-        if job_id in self._running:
-            self._running[job_id] = (self._running[job_id][0], worker)
+        job = self._running.get(job_id)
+        if job is not None and not job.started.done():
+            job.worker = worker
+            job.started.set_result(time.time())
 
     def on_timeout(self, job_id: int) -> None:
         pass
@@ -184,14 +200,15 @@ class PoolRunner:
 
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
-        since = [t for t, _ in self._running.values()]
+        jobs = self._running.values()
+        since = [job.started.result() for job in jobs if job.started.done()]
         return {
             "kind": self.kind,
             "size": self.size,
             "running": self.slots.busy,
             "waiting": self.slots.waiting,
             "max_pending": self.max_pending,
-            "busy_workers": sorted({w for _, w in self._running.values() if w is not None}, key=str),
+            "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),
             "longest_running_s": round(now - min(since), 3) if since else None,
             **self.counts,
         }
@@ -289,7 +306,8 @@ class ProcessRunner(PoolRunner):
         executor = self._executor
         if not isinstance(executor, ProcessPoolExecutor):
             return
-        _, worker = self._running.get(job_id, (0.0, None))
+        job = self._running.get(job_id)
+        worker = job.worker if job else None
         stuck = [p for p in _workers(executor) if worker is None or p.pid == worker]
         for process in stuck:
             process.kill()

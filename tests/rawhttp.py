@@ -1,0 +1,39 @@
+"""A raw HTTP/1.1 exchange over a socket: for requests no HTTP library would send."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RawReply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def exchange(base_url: str, request: bytes, timeout: float = 30.0) -> RawReply:
+    """Send `request` as is and read the reply until the server closes (send Connection: close)."""
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1]) if lines[0].startswith("HTTP/1.") else 0
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return RawReply(status, headers, body)
+
+
+def get_raw(base_url: str, target: bytes, method: bytes = b"GET", extra: bytes = b"") -> RawReply:
+    return exchange(
+        base_url, method + b" " + target + b" HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n" + extra + b"\r\n"
+    )

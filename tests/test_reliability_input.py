@@ -1,0 +1,139 @@
+"""Hostile input: whatever arrives, the answer is a quick 4xx JSON error and the server lives on."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from handlers.async_io import ASYNC_PARAMS
+from tests.lab_server import LabServer
+from tests.rawhttp import RawReply, exchange, get_raw
+from workloads import WORKLOADS, ParamError
+from workloads.params import parse_params
+
+MODES = ("blocking", "threading", "processing")
+ROUTES = [
+    *(f"/{mode}" for mode in MODES),
+    *(f"/{mode}/{name}" for mode in MODES for name in WORKLOADS),
+    "/async", "/ping", "/workloads", "/stats", "/", "/nope", "/blocking/nope",
+]  # fmt: skip
+NAMES = sorted({p.name for w in WORKLOADS.values() for p in w.params} | {"delay", "fanout", "_"})
+
+# What may appear raw in a request target: visible ASCII except '#', plus
+# percent-escapes of arbitrary bytes (non-UTF-8 included) and some non-ASCII text.
+raw_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#"), max_size=12)
+escaped = st.binary(min_size=1, max_size=6).map(lambda b: "".join(f"%{c:02X}" for c in b))
+numbers = st.one_of(
+    st.integers(-(10**40), 10**40).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "1e309", "0x10", "1_000", "٥", "", "-0", "+1", " 1", "1.", ".5e-3"]),
+)
+names = st.one_of(st.sampled_from(NAMES), raw_text, escaped)
+values = st.one_of(numbers, raw_text, escaped, st.sampled_from(["digits", "iris", "../../etc/passwd", "%00"]))
+queries = st.lists(st.tuples(names, values), max_size=5).flatmap(
+    lambda pairs: st.sampled_from(["&", ";"]).map(lambda sep: sep.join(f"{k}={v}" for k, v in pairs))
+)
+
+# Valid params that would take long are fine for the server but not for a
+# fuzz test: keep every run this test triggers under a few milliseconds.
+CHEAP = {"n": 100_000, "repeat": 3, "trees": 5, "rows": 2000, "seconds": 0.01, "delay": 0.01, "fanout": 5}
+
+
+def _cheap_or_invalid(route: str, query: str) -> bool:
+    try:
+        args = urllib.parse.parse_qs(query, keep_blank_values=True, errors="strict", separator="&")
+        parts = route.strip("/").split("/")
+        if parts[0] == "async":
+            params: dict[str, Any] = parse_params("async", ASYNC_PARAMS, args)
+        elif parts[0] in MODES:
+            params = WORKLOADS[parts[1] if len(parts) > 1 else "count"].parse(args)
+        else:
+            return True
+    except (ParamError, KeyError, UnicodeDecodeError, ValueError):
+        return True
+    return all(not isinstance(v, int | float) or v <= CHEAP.get(k, v) for k, v in params.items())
+
+
+def _assert_lab_reply(reply: RawReply, route: str) -> None:
+    assert 200 <= reply.status < 500, (reply.status, reply.body[:300])
+    if route == "/" and reply.status == 200:
+        assert reply.headers["Content-Type"].startswith("text/html")
+        return
+    assert reply.headers["Content-Type"].startswith("application/json")
+    body = reply.json()
+    if reply.status >= 400:
+        assert set(body) == {"error"}
+        assert body["error"]["status"] == reply.status and body["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
+    lab = LabServer(["--process-pool", "1", "--thread-pool", "2", "--job-timeout", "5", "--no-access-log"],
+                    tmp_path_factory.mktemp("fuzz") / "server.log")  # fmt: skip
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(ROUTES), query=queries)
+def test_generated_query_strings_never_break_the_server(fuzz_server: LabServer, route: str, query: str) -> None:
+    assume(_cheap_or_invalid(route, query))  # valid and slow: not what this test is about
+    target = (route + ("?" + query if query else "")).encode()
+    _assert_lab_reply(get_raw(fuzz_server.url, target), route)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segment=st.one_of(raw_text, escaped, st.just("..")), mode=st.sampled_from(MODES))
+def test_generated_paths_are_404_or_400(fuzz_server: LabServer, segment: str, mode: str) -> None:
+    reply = get_raw(fuzz_server.url, f"/{mode}/{segment}x/{segment}".encode())
+    assert reply.status in (400, 404), reply.body
+    _assert_lab_reply(reply, "")
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "fragment"),
+    [
+        (b"\x00\xff\xfe garbage\r\n\r\n", 400, "malformed HTTP request"),
+        (b"GET /a b c HTTP/1.1\r\nHost: lab\r\n\r\n", 400, "malformed HTTP request"),
+        (b"GET /ping HTTP/1.1\r\nHost: lab\r\nContent-Length: 999999\r\n\r\n", 400, "malformed HTTP request"),
+        (b"GET /ping HTTP/1.1\r\nno colon here\r\n\r\n", 400, "malformed HTTP request"),
+        (b"BREW /ping HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 405, "Method Not Allowed"),
+        (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 414, "URI too long"),
+        (b"GET /blocking/%C3%28 HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 400, "Invalid unicode"),
+        (b"GET /../../etc/passwd HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 404, "no route"),
+        (b"GET /blocking?n=%00 HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 400, "n must be an integer"),
+    ],
+    ids=[
+        "garbage",
+        "spaces",
+        "body-too-large",
+        "bad-header",
+        "method",
+        "long-path",
+        "non-utf8-path",
+        "traversal",
+        "nul",
+    ],
+)
+def test_hostile_requests(fuzz_server: LabServer, request_bytes: bytes, status: int, fragment: str) -> None:
+    reply = exchange(fuzz_server.url, request_bytes)
+    assert reply.status == status
+    assert reply.json()["error"]["status"] == status
+    assert fragment in reply.json()["error"]["message"]
+    assert get_raw(fuzz_server.url, b"/ping").json()["pong"] is True
+
+
+def test_huge_headers_are_served(fuzz_server: LabServer) -> None:
+    reply = get_raw(fuzz_server.url, b"/ping", extra=b"X-Filler: " + b"y" * 100_000 + b"\r\n")
+    assert reply.status == 200 and reply.json()["pong"] is True
+
+
+def test_server_survived_the_fuzzing(fuzz_server: LabServer) -> None:
+    assert get_raw(fuzz_server.url, b"/blocking?n=7").json()["result"] == 7
+    assert "Traceback" not in fuzz_server.log()

@@ -1,0 +1,93 @@
+"""Process lifecycle: graceful stops finish in-flight work; dead children are replaced and counted."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import StartServer
+from tests.envelopes import assert_error
+from tests.lab_server import get
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("args", "sig"),
+    [((), signal.SIGTERM), ((), signal.SIGINT), (("--processes", "2"), signal.SIGTERM)],
+    ids=["single-SIGTERM", "single-SIGINT", "forked-SIGTERM"],
+)
+def test_in_flight_requests_finish_before_the_server_stops(start_server: StartServer, args, sig) -> None:
+    lab = start_server("--process-pool", "1", *args)
+    with ThreadPoolExecutor(4) as pool:  # 3 requests + the stop
+        jobs = [
+            pool.submit(get, f"{lab.url}/processing/sleep?seconds=1.5"),
+            pool.submit(get, f"{lab.url}/threading/sleep?seconds=1.5"),
+            pool.submit(get, f"{lab.url}/async?delay=1.5"),
+        ]
+        _wait_for(lambda: _active(lab) == 3, timeout=10)
+        stopped = pool.submit(lab.terminate, sig)
+        replies = [job.result() for job in jobs]
+        assert stopped.result() == 0
+    assert [r.status for r in replies] == [200, 200, 200]
+    in_flight = [int(n) for n in re.findall(r"stopping: (\d+) requests in flight", lab.log())]
+    assert sum(in_flight) == 3
+    assert lab.survivors() == []
+
+
+def _active(lab) -> int:
+    stats = get(f"{lab.url}/stats").json()
+    return int(sum(p["active_requests"] for p in stats["processes"])) - 1  # minus this /stats request
+
+
+def test_grace_period_bounds_the_stop(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--grace", "1")
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(get, f"{lab.url}/processing/sleep?seconds=20")
+        _wait_for(lambda: _active(lab) >= 1, timeout=10)
+        start = time.monotonic()
+        assert lab.terminate(signal.SIGTERM, timeout=15) == 0
+        assert time.monotonic() - start < 10
+        reply = job.result()
+    assert_error(reply, 503, "shutting down")
+    assert reply.headers["Retry-After"] == "1"
+    assert "grace period over: 1 requests get 503" in lab.log()
+    assert lab.survivors() == []
+
+
+def test_a_dead_child_is_replaced_and_its_restart_shows_in_stats(start_server: StartServer) -> None:
+    lab = start_server("--processes", "2", "--process-pool", "1")
+    before = {p["task_id"]: p for p in get(f"{lab.url}/stats").json()["processes"]}
+    victim = before[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced() -> bool:
+        stats = get(f"{lab.url}/stats").json()["processes"]
+        return any(p["task_id"] == 0 and p["pid"] != victim and p["restarts"] == 1 for p in stats)
+
+    _wait_for(replaced)
+    after = {p["task_id"]: p for p in get(f"{lab.url}/stats").json()["processes"]}
+    assert after[1]["pid"] == before[1]["pid"] and after[1]["restarts"] == 0
+    assert after[0]["alive"] is True
+    assert f"child 0 (pid {victim}) killed by signal 9, restarting" in lab.log()
+    assert lab.terminate() == 0
+    assert lab.survivors() == []  # nor the dead child's pool worker
+
+
+@pytest.mark.parametrize("args", [(), ("--processes", "2")], ids=["single", "forked"])
+def test_a_sigkilled_server_leaves_no_orphans(start_server: StartServer, args) -> None:
+    lab = start_server("--process-pool", "1", *args)
+    started = lab.remember_descendants()
+    assert len(started) >= 2
+    os.kill(lab.pid, signal.SIGKILL)  # no handler runs: the children must notice by themselves
+    assert lab.survivors() == []

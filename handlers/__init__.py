@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from handlers import async_io, catalog, page, ping, run, stats
+from handlers import async_io, catalog, page, ping, race, run, stats
 from handlers.base import NotFoundHandler
 
 if TYPE_CHECKING:
     from lab.services import Services
 
-MODULES = (page, ping, catalog, run, async_io, stats)
+MODULES = (page, ping, catalog, run, async_io, stats, race)
 
 
 def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:

@@ -1,18 +1,41 @@
-"""GET /: the lab page."""
+"""GET /: the lab page, and GET /static/{file}: its script, style sheet and icon."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from handlers.base import LabHandler
+from lab.errors import LabError
 
-PAGE = Path(__file__).resolve().parent.parent / "static" / "index.html"
+STATIC = Path(__file__).resolve().parent.parent / "static"
+PAGE = STATIC / "index.html"
+ASSETS = {
+    "app.js": "text/javascript; charset=UTF-8",
+    "style.css": "text/css; charset=UTF-8",
+    "favicon.svg": "image/svg+xml",
+}
+# Everything the page loads or connects to comes from this origin (the lab
+# may run offline); the browser enforces it, and refuses inline script too.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; connect-src 'self'; img-src 'self'; style-src 'self'; script-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 class PageHandler(LabHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.write(PAGE.read_bytes())
 
 
-routes = [(r"/", PageHandler)]
+class AssetHandler(LabHandler):
+    def get(self, name: str) -> None:
+        content_type = ASSETS.get(name)
+        if content_type is None:
+            raise LabError(404, f"no static file {name[:60]!r}; files: {', '.join(ASSETS)}")
+        self.set_header("Content-Type", content_type)
+        self.write((STATIC / name).read_bytes())
+
+
+routes = [(r"/", PageHandler), (r"/static/([^/]+)", AssetHandler)]

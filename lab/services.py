@@ -45,6 +45,11 @@ class Services:
     pid: int = field(default_factory=os.getpid)
     started: float = field(default_factory=time.time)
     active_requests: int = 0
+    # Work in-flight requests await (see LabHandler.until_disconnect).
+    jobs: set[asyncio.Future[Any]] = field(default_factory=set)
+    # The lab page's race, if one runs (handlers/race.py): at most one.
+    races: set[asyncio.Future[None]] = field(default_factory=set)
+    stopping: bool = False
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     _publisher: PeriodicCallback | None = None
 
@@ -123,7 +128,15 @@ class Services:
             return False
         return True
 
+    def abandon(self) -> None:
+        """The grace period is over: every awaited job ends now, its client gets a 503."""
+        self.stopping = True
+        for job in list(self.jobs):
+            job.cancel()
+
     def close(self, wait: bool = True) -> None:
+        for race in list(self.races):
+            race.cancel()  # its cleanup kills the load generator
         if self._publisher is not None:
             self._publisher.stop()
         self.http.close()

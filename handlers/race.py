@@ -1,0 +1,273 @@
+"""WS /race: the lab page's race, run by a separate load generator (`python -m bench.race --jsonl`).
+
+A browser cannot run a fair race itself: it opens about 6 connections per
+host, queues identical URLs, and while /blocking holds the server's event
+loop nothing the page asks the server is timed honestly. So the page only
+*asks* for a race here; a separate process (the bench's race engine) fires
+the requests at this server's own address -- `services.base_url`, never the
+request's Host header -- one connection each, released together, with a
+/ping probe alongside, and every JSON line it prints is relayed to the page
+as one WebSocket message. The page draws from the timestamps in the events,
+never from arrival time: during a /blocking race the server cannot relay
+anything until a run ends, so events arrive in bursts.
+
+Protocol: the page sends one JSON text message
+
+    {"mode": "processing", "workload": "count", "params": {"n": "2000000"}, "concurrency": 10}
+
+(async takes `delay`/`fanout` params and no workload) and receives
+
+    {"event": "start", "mode", "workload", "params", "concurrency"}   the race was accepted
+    ...bench.race's events: race, response, ping, done (bench/race.py EVENTS)...
+    {"event": "error", "message"}        bad input, busy, or the load generator failed
+
+after which the server closes the connection. Closing it first stops the race
+(the load generator is killed). One race at a time per server process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tornado.websocket import WebSocketClosedError, WebSocketHandler
+
+from handlers.async_io import ASYNC_PARAMS
+from handlers.base import JsonHandler, LabHandler
+from lab.errors import LabError
+from workloads import DEFAULT_WORKLOAD, WORKLOADS, ParamError
+from workloads.params import IntParam, parse_params
+
+if TYPE_CHECKING:
+    from lab.services import Services
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RACE_MODES = ("blocking", "threading", "processing", "async")
+CONCURRENCY = IntParam("concurrency", 10, 1, 50, "simultaneous requests")
+# A race request is a few hundred bytes; refuse anything much larger unread.
+MAX_MESSAGE_BYTES = 4096
+# One JSON line of the load generator: a response event carries a whole
+# envelope, far below this.
+MAX_LINE_BYTES = 1 << 20
+# Kept from the load generator's stderr, to explain a crash.
+STDERR_TAIL_BYTES = 2000
+
+
+class RaceInputError(ValueError):
+    """The page asked for a race this server will not run."""
+
+
+class LoadGeneratorError(RuntimeError):
+    """The load generator ended without finishing the race."""
+
+
+def _text(name: str, value: object) -> str:
+    """A param value as the query string would carry it (the page may send numbers)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(value)
+    raise RaceInputError(f"{name} must be a string or a number")
+
+
+def _arg(value: object) -> str:
+    """A parsed param value back as text for bench.race's -p NAME=VALUE."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class RaceRequest:
+    mode: str
+    workload: str  # "upstream" for async, as in its envelopes
+    params: dict[str, Any]
+    concurrency: int
+
+    @classmethod
+    def parse(cls, message: str | bytes) -> RaceRequest:
+        """Validate the page's message with the same parsers (and limits) as the routes."""
+        if isinstance(message, bytes):
+            raise RaceInputError("send the race as a JSON text message")
+        try:
+            doc = json.loads(message)
+        except ValueError:
+            raise RaceInputError("the race request is not JSON") from None
+        if not isinstance(doc, dict):
+            raise RaceInputError("the race request must be a JSON object")
+        unknown = set(doc) - {"mode", "workload", "params", "concurrency"}
+        if unknown:
+            raise RaceInputError(f"unknown field(s) {', '.join(sorted(unknown))[:100]}; allowed: "
+                                 "mode, workload, params, concurrency")  # fmt: skip
+        mode = doc.get("mode")
+        if mode not in RACE_MODES:
+            raise RaceInputError(f"mode must be one of: {', '.join(RACE_MODES)}")
+        raw = doc.get("params", {})
+        if not isinstance(raw, dict):
+            raise RaceInputError("params must be an object of NAME: VALUE")
+        query = {str(name): [_text(str(name), value)] for name, value in raw.items()}
+        concurrency_raw = doc.get("concurrency", CONCURRENCY.default)
+        try:
+            concurrency = CONCURRENCY.parse(_text("concurrency", concurrency_raw))
+            if mode == "async":
+                return cls(mode, "upstream", parse_params("async", ASYNC_PARAMS, query), concurrency)
+            name = doc.get("workload", DEFAULT_WORKLOAD)
+            workload = WORKLOADS.get(name) if isinstance(name, str) else None
+            if workload is None:
+                raise RaceInputError(f"unknown workload; workloads: {', '.join(WORKLOADS)}")
+            return cls(mode, workload.name, workload.parse(query), concurrency)
+        except ParamError as error:
+            raise RaceInputError(error.message) from None
+
+    def command(self, base_url: str) -> list[str]:
+        """The load generator's command line (run from the project root)."""
+        argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", self.mode]
+        if self.mode != "async":
+            argv += ["--workload", self.workload]
+        for name, value in self.params.items():
+            argv += ["-p", f"{name}={_arg(value)}"]
+        return [*argv, "-c", str(self.concurrency), "--jsonl"]
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.mode, "workload": self.workload, "params": self.params, "concurrency": self.concurrency}
+
+
+async def run_load_generator(argv: list[str], relay: Callable[[str], Awaitable[None]]) -> None:
+    """Run the load generator, handing each JSON line to `relay` as it arrives.
+
+    Whatever happens -- the race ends, `relay` fails because the page left,
+    or this task is cancelled (a disconnect, or server shutdown: asyncio.run
+    cancels every task) -- the process is gone when this returns.
+    """
+    try:
+        # In the server's process group, so whatever stops the group stops it too.
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=PROJECT_ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=MAX_LINE_BYTES,
+        )
+    except OSError as error:
+        raise LoadGeneratorError(f"could not start the load generator: {error.strerror or error}") from None
+    assert process.stdout is not None and process.stderr is not None
+    stderr = asyncio.ensure_future(_tail(process.stderr))
+    finished = False
+    try:
+        async for raw in process.stdout:
+            line = raw.decode("utf-8", errors="replace").strip()
+            try:
+                event = json.loads(line)
+            except ValueError:
+                log.warning("load generator printed a non-JSON line: %.200s", line)
+                continue
+            if not isinstance(event, dict) or "event" not in event:
+                continue
+            finished = finished or event["event"] in ("done", "error")
+            await relay(line)
+        code = await process.wait()
+        if not finished:
+            why = (await stderr).strip().splitlines()
+            raise LoadGeneratorError(
+                f"the load generator exited with status {code} before the race ended"
+                + (f": {why[-1][:300]}" if why else "")
+            )
+    except ValueError:  # a line over MAX_LINE_BYTES
+        raise LoadGeneratorError("the load generator printed an oversized line") from None
+    finally:
+        if process.returncode is None:
+            process.kill()  # it keeps no state worth a graceful stop
+            await process.wait()
+        stderr.cancel()
+
+
+async def _tail(stream: asyncio.StreamReader) -> str:
+    """Read a stream to its end, keeping only the last STDERR_TAIL_BYTES."""
+    kept = b""
+    while chunk := await stream.read(65536):
+        kept = (kept + chunk)[-STDERR_TAIL_BYTES:]
+    return kept.decode("utf-8", errors="replace")
+
+
+class RaceSocket(WebSocketHandler, JsonHandler):
+    """Runs the one race a connection asks for and streams its events back."""
+
+    def initialize(self, services: Services) -> None:
+        self.services = services
+        self._race: asyncio.Task[None] | None = None
+
+    @property
+    def max_message_size(self) -> int:
+        return MAX_MESSAGE_BYTES
+
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise LabError(400, "/race is the lab page's WebSocket: open / in a browser, or connect a WebSocket client")
+        await super().get(*args, **kwargs)
+
+    def on_message(self, message: str | bytes) -> None:
+        if self._race is not None:
+            self.close(1008, "one race per connection")
+            return
+        try:
+            request = RaceRequest.parse(message)
+        except RaceInputError as error:
+            self._refuse(str(error))
+            return
+        races = self.services.races
+        if races:  # one at a time per server process: two races would measure each other
+            self._refuse("busy: another race is running on this server; try again when it has finished")
+            return
+        # Kept, so on_close (and the server's shutdown) can cancel it, which
+        # kills the load generator.
+        self._race = race = asyncio.ensure_future(self._run(request))
+        races.add(race)
+        race.add_done_callback(self._ended)
+
+    def _refuse(self, message: str) -> None:
+        if self.ws_connection is not None:
+            self.write_message({"event": "error", "message": message})
+            self.close(1000)
+
+    async def _run(self, request: RaceRequest) -> None:
+        log.info("race: %s", " ".join(request.command(self.services.base_url)[1:]))
+        try:
+            await self.write_message({"event": "start", **request.describe()})
+            await run_load_generator(request.command(self.services.base_url), self.write_message)
+        except LoadGeneratorError as error:
+            await self.write_message({"event": "error", "message": str(error)})
+
+    def _ended(self, task: asyncio.Future[None]) -> None:
+        self.services.races.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, WebSocketClosedError):  # the page left: not a failure
+            log.error("race failed", exc_info=error)
+        if self.ws_connection is not None:
+            self.close(1000)  # one race per connection: the race is over
+
+    def on_close(self) -> None:
+        if self._race is not None:
+            self._race.cancel()
+
+
+class RaceOptionsHandler(LabHandler):
+    """GET /race/options: what the page may ask for beyond /workloads."""
+
+    def get(self) -> None:
+        self.write(
+            {
+                "modes": list(RACE_MODES),
+                "concurrency": CONCURRENCY.describe(),
+                "async_params": [param.describe() for param in ASYNC_PARAMS],
+            }
+        )
+
+
+routes = [(r"/race", RaceSocket), (r"/race/options", RaceOptionsHandler)]

@@ -1,0 +1,236 @@
+"""The lab page in a real headless Chromium: races drawn live, nothing off-origin, no console errors."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from tests.lab_server import ROOT, LabServer
+from tests.test_race_driver import load_generators, wait_for
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = ROOT / "test-artifacts" / "page"
+RACE_TIMEOUT_MS = 60_000  # generous: other suites may share the cores
+# The same GIL-bound loop in every mode (about 0.15 s a run here), so the screenshots compare.
+RUN_N = "8000000"
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or "/usr/bin/chromium"
+    # Fail, never skip: CI installs the browser (scripts/system-deps.sh chromium).
+    assert Path(found).exists(), "chromium is missing: apt-get install chromium (make test installs it)"
+    return found
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    # Two pool workers whatever the core count, so a processing race can use two pids.
+    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--no-access-log"],
+                       tmp_path_factory.mktemp("page") / "server.log")  # fmt: skip
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's chromium (Playwright's own download is not used); each launch gets a fresh temporary profile."""
+    executable = chromium_path()
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@dataclass
+class Visit:
+    page: Page
+    origin: str
+    urls: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert self.errors == []
+        assert self.urls, "no request was recorded"
+        for url in self.urls:
+            parts = urlsplit(url)
+            assert (parts.scheme, parts.netloc) in {("http", self.origin), ("ws", self.origin)}, url
+
+
+@pytest.fixture
+def visit(lab: LabServer, browser: Browser) -> Iterator[Visit]:
+    """The page at 1280x800 in a fresh context, every request and console error recorded."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=lab.url)
+    try:
+        page = context.new_page()
+        seen = Visit(page, urlsplit(lab.url).netloc)
+
+        def on_console(message: ConsoleMessage) -> None:
+            if message.type == "error":
+                seen.errors.append(message.text)
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: seen.errors.append(str(error)))
+        page.on("request", lambda request: seen.urls.append(request.url))
+        page.on("websocket", lambda socket: seen.urls.append(socket.url))
+        page.goto("/")
+        page.wait_for_selector("body[data-ready=true]")
+        yield seen
+    finally:
+        context.close()
+
+
+def race(page: Page, mode: str, workload: str | None, params: dict[str, str], concurrency: int) -> None:
+    page.select_option("#mode", mode)
+    if workload is not None:
+        page.select_option("#workload", workload)
+    for name, value in params.items():
+        page.fill(f"#param-{name}", value)
+    page.fill("#concurrency", str(concurrency))
+    page.click("#run")
+    page.wait_for_selector("#summary p", timeout=RACE_TIMEOUT_MS)
+    page.wait_for_function(f"document.querySelectorAll('#timeline .request-bar').length === {concurrency}")
+
+
+def bars(page: Page) -> list[dict[str, str]]:
+    drawn: list[dict[str, str]] = page.eval_on_selector_all(
+        "#timeline .request-bar",
+        "bars => bars.map(b => ({pid: b.dataset.pid, thread: b.dataset.thread, status: b.dataset.status,"
+        " run_ms: b.dataset.runMs}))",
+    )
+    return drawn
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    race(page, "processing", "count", {"n": RUN_N}, 10)
+    drawn = bars(page)
+    assert len(drawn) == 10
+    assert {b["status"] for b in drawn} == {"200"}
+    assert {b["thread"] for b in drawn} == {"MainThread"}
+    pids = {b["pid"] for b in drawn}
+    assert len(pids) >= 2 and str(lab.pid) not in pids
+    summary = page.inner_text("#summary")
+    assert "10 processing requests" in summary
+    assert "makespan" in summary and "The ideal for this server is" in summary
+    assert "own GIL" in summary
+    assert page.locator("#ping-track").get_attribute("data-count") != "0"
+    screenshot(page, "processing")
+    visit.assert_clean()
+
+
+def test_a_blocking_race_runs_on_the_event_loop_and_stalls_ping(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    race(page, "blocking", "count", {"n": RUN_N}, 10)
+    drawn = bars(page)
+    assert {b["pid"] for b in drawn} == {str(lab.pid)}
+    assert {b["thread"] for b in drawn} == {"MainThread"}
+    # A probe sent while a run holds the loop waits for (the rest of) that run: the wall.
+    max_ms = float(page.locator("#ping-track").get_attribute("data-max-ms") or 0)
+    shortest_run = min(float(b["run_ms"]) for b in drawn)
+    assert max_ms >= shortest_run / 2, (max_ms, shortest_run)
+    assert "one after another" in page.inner_text("#summary")
+    screenshot(page, "blocking")
+    visit.assert_clean()
+
+
+def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    race(page, "threading", "count", {"n": RUN_N}, 10)
+    drawn = bars(page)
+    assert {b["pid"] for b in drawn} == {str(lab.pid)}
+    assert len({b["thread"] for b in drawn}) >= 2
+    assert "holds the GIL" in page.inner_text("#summary")
+    screenshot(page, "threading")
+    visit.assert_clean()
+
+
+def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
+    page = visit.page
+    page.select_option("#mode", "async")
+    page.fill("#param-delay", "0.2")
+    page.select_option("#mode", "processing")
+    page.select_option("#workload", "sleep")
+    page.fill("#param-seconds", "0.2")
+    page.fill("#concurrency", "4")
+    page.click("#compare")
+    page.wait_for_selector("#comparison[data-complete=true]", timeout=RACE_TIMEOUT_MS)
+    rows = page.eval_on_selector_all("#compare-table tbody tr", "rows => rows.map(r => r.innerText)")
+    assert [row.split()[0] for row in rows] == ["blocking", "threading", "processing", "async"]
+    assert all("×" in row for row in rows), rows
+    assert page.locator("#thumbnails svg").count() == 4
+    screenshot(page, "compare")
+    visit.assert_clean()
+
+
+def test_stop_kills_the_load_generator(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    page.select_option("#mode", "processing")
+    page.select_option("#workload", "sleep")
+    page.fill("#param-seconds", "5")  # left alone: 5 s alone, then 3 rounds of 5 s
+    page.fill("#concurrency", "6")
+    page.click("#run")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.wait_for_function("document.querySelector('#status').textContent.startsWith('Timing one request')")
+    assert wait_for(lambda: bool(load_generators(lab)))
+    page.click("#stop")
+    page.wait_for_selector("#run:not([disabled])")
+    assert "Stopped" in page.inner_text("#status")
+    assert wait_for(lambda: not load_generators(lab), timeout=5)
+    visit.assert_clean()
+
+
+def test_phone_width_and_keyboard_only(lab: LabServer, browser: Browser) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=lab.url)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto("/")
+        page.wait_for_selector("body[data-ready=true]")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        # Keyboard only: choose async, set the delay, tab to the button, press Enter.
+        page.focus("#mode")
+        page.keyboard.press("End")
+        assert page.input_value("#mode") == "async"
+        page.focus("#param-delay")
+        page.keyboard.press("Control+A")
+        page.keyboard.type("0.2")
+        for _ in range(8):
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.id") == "run":
+                break
+        assert page.evaluate("document.activeElement.id") == "run"
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#summary p", timeout=RACE_TIMEOUT_MS)
+        assert page.locator("#timeline .request-bar").count() == 10
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        screenshot(page, "phone-async")
+        assert errors == []
+    finally:
+        context.close()

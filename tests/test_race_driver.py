@@ -1,0 +1,256 @@
+"""WS /race: the page's race driver, exercised without a browser against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import psutil
+import pytest
+from tornado.httpclient import HTTPClientError, HTTPRequest
+from tornado.websocket import WebSocketClientConnection, websocket_connect
+
+from handlers.race import RaceInputError, RaceRequest
+from tests.conftest import StartServer
+from tests.lab_server import LabServer, get
+
+Event = dict[str, Any]
+
+
+async def _connect(url: str, headers: dict[str, str] | None = None) -> WebSocketClientConnection:
+    request = HTTPRequest(url.replace("http://", "ws://") + "/race", headers=headers or {}, connect_timeout=10)
+    return await websocket_connect(request)
+
+
+async def _read_all(ws: WebSocketClientConnection) -> list[Event]:
+    """Every event until the server closes the connection (a minute at most)."""
+    events: list[Event] = []
+    async with asyncio.timeout(60):
+        while True:
+            message = await ws.read_message()
+            if message is None:
+                return events
+            assert isinstance(message, str)
+            events.append(json.loads(message))
+
+
+def run_race(url: str, request: Any, headers: dict[str, str] | None = None) -> list[Event]:
+    """Send one race request (a dict, or raw text) and return every event the server sent."""
+
+    async def go() -> list[Event]:
+        ws = await _connect(url, headers)
+        await ws.write_message(request if isinstance(request, str) else json.dumps(request))
+        return await _read_all(ws)
+
+    return asyncio.run(go())
+
+
+def load_generators(lab: LabServer) -> list[psutil.Process]:
+    """The server's `python -m bench.race` children."""
+    found = []
+    for process in lab.descendants():
+        try:
+            if "bench.race" in process.cmdline():
+                found.append(process)
+        except psutil.Error:
+            pass
+    return found
+
+
+def wait_for(predicate: Any, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_a_processing_race_streams_every_event_in_order(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    request = {"mode": "processing", "workload": "count", "params": {"n": "300000"}, "concurrency": 4}
+    events = run_race(lab.url, request)
+    kinds = [e["event"] for e in events]
+
+    assert kinds[0] == "start" and kinds[1] == "race" and kinds[-1] == "done", kinds
+    assert set(kinds[2:-1]) <= {"response", "ping"} and kinds.count("response") == 4
+    start, race, done = events[0], events[1], events[-1]
+    assert start == {"event": "start", "mode": "processing", "workload": "count", "params": {"n": 300000},
+                     "concurrency": 4}  # fmt: skip
+    # The load generator aimed at the server's own address.
+    assert race["url"] == f"{lab.url}/processing/count?n=300000"
+    assert race["solo_s"] > 0 and race["server"]["process_pool"] == 2
+
+    responses = [e for e in events if e["event"] == "response"]
+    assert sorted(r["index"] for r in responses) == [0, 1, 2, 3]
+    for response in responses:
+        assert response["status"] == 200
+        body = response["body"]
+        assert body["mode"] == "processing" and body["result"] == 300_000
+        assert body["server"]["pid"] == lab.pid and body["worker"]["pid"] != lab.pid
+        timing = body["timing"]
+        assert response["sent"] <= timing["received"] <= timing["started"] <= timing["finished"] <= response["received"]
+    assert any(e["event"] == "ping" and e["status"] == 200 for e in events)
+
+    summary = done["summary"]
+    assert summary["mode"] == "processing" and summary["concurrency"] == 4
+    assert summary["transactions"] == 4 and summary["failed"] == 0
+    assert summary["lanes"] == min(2, summary["cores"])
+    assert summary["ideal_s"] > 0 and summary["ratio"] > 0
+    assert wait_for(lambda: not load_generators(lab))
+
+
+def test_an_async_race_takes_async_params(server: LabServer) -> None:
+    events = run_race(server.url, {"mode": "async", "params": {"delay": 0.1, "fanout": 2}, "concurrency": 3})
+    assert events[0]["params"] == {"delay": 0.1, "fanout": 2} and events[0]["workload"] == "upstream"
+    assert events[-1]["event"] == "done"
+    assert events[-1]["summary"]["transactions"] == 3
+
+
+@pytest.mark.parametrize(
+    ("request_text", "message"),
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "JSON object"),
+        (json.dumps({"mode": "turbo"}), "mode must be one of: blocking, threading, processing, async"),
+        (json.dumps({"mode": "processing", "workload": "nope"}), "unknown workload"),
+        (
+            json.dumps({"mode": "processing", "workload": "count", "params": {"n": "0"}}),
+            "n must be an integer between 1",
+        ),
+        (json.dumps({"mode": "threading", "workload": "count", "params": {"N": "5"}}), "unknown parameter 'N'"),
+        (json.dumps({"mode": "blocking", "workload": "sleep", "params": {"seconds": True}}), "string or a number"),
+        (json.dumps({"mode": "async", "params": {"delay": "31"}}), "delay must be a number between 0 and 30"),
+        (json.dumps({"mode": "async", "params": {"fanout": 51}}), "fanout must be an integer between 1 and 50"),
+        (json.dumps({"mode": "blocking", "concurrency": 51}), "concurrency must be an integer between 1 and 50"),
+        (json.dumps({"mode": "blocking", "concurrency": 0}), "concurrency must be an integer between 1 and 50"),
+        (json.dumps({"mode": "blocking", "concurrency": "ten"}), "concurrency must be an integer"),
+        (json.dumps({"mode": "blocking", "url": "http://example.com"}), "unknown field(s) url"),
+    ],
+)
+def test_bad_input_is_one_clear_error_event(server: LabServer, request_text: str, message: str) -> None:
+    events = run_race(server.url, request_text)
+    assert len(events) == 1, events
+    assert events[0]["event"] == "error"
+    assert message in events[0]["message"]
+    assert get(f"{server.url}/ping").status == 200
+    assert not load_generators(server)
+
+
+def test_an_oversized_message_is_refused_unread(server: LabServer) -> None:
+    padding = "x" * 10_000
+    events = run_race(server.url, json.dumps({"mode": "blocking", "params": {"pad": padding}}))
+    assert events == []  # the server closed the connection (message too big)
+    assert get(f"{server.url}/ping").status == 200
+
+
+def test_the_race_ignores_the_host_header(server: LabServer) -> None:
+    # Anyone could otherwise aim the load generator at any host.
+    events = run_race(
+        server.url,
+        {"mode": "blocking", "workload": "sleep", "params": {"seconds": "0"}, "concurrency": 1},
+        headers={"Host": "example.com:80"},
+    )
+    assert events[1]["url"].startswith(f"{server.url}/blocking/sleep")
+    assert events[-1]["event"] == "done"
+
+
+def test_cross_origin_pages_cannot_start_races(server: LabServer) -> None:
+    with pytest.raises(HTTPClientError) as refused:
+        asyncio.run(_connect(server.url, {"Origin": "http://attacker.example"}))
+    assert refused.value.code == 403
+
+
+def test_plain_get_is_a_json_error(server: LabServer) -> None:
+    reply = get(f"{server.url}/race")
+    assert reply.status == 400
+    assert "WebSocket" in reply.json()["error"]["message"]
+
+
+def test_options_publish_the_limits_the_driver_enforces(server: LabServer) -> None:
+    options = get(f"{server.url}/race/options").json()
+    assert options["modes"] == ["blocking", "threading", "processing", "async"]
+    assert (options["concurrency"]["min"], options["concurrency"]["max"], options["concurrency"]["default"]) == (
+        1,
+        50,
+        10,
+    )
+    limits = {p["name"]: (p["min"], p["max"]) for p in options["async_params"]}
+    assert limits == {"delay": (0.0, 30.0), "fanout": (1, 50)}
+
+
+def test_one_race_at_a_time_and_a_disconnect_kills_the_load_generator(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    # Left alone this race would run for 15 s (a solo run, then two rounds of two).
+    slow = {"mode": "processing", "workload": "sleep", "params": {"seconds": "5"}, "concurrency": 4}
+
+    async def scenario() -> tuple[list[Event], list[int]]:
+        first = await _connect(lab.url)
+        await first.write_message(json.dumps(slow))
+        assert json.loads(await first.read_message() or "{}")["event"] == "start"
+        generators = await asyncio.to_thread(wait_for, lambda: bool(load_generators(lab)))
+        assert generators, "no load generator started"
+        pids = [p.pid for p in load_generators(lab)]
+        second = await _connect(lab.url)
+        await second.write_message(json.dumps(slow))
+        refused = await _read_all(second)
+        first.close()  # the page goes away mid-race
+        return refused, pids
+
+    refused, pids = asyncio.run(scenario())
+    assert [e["event"] for e in refused] == ["error"]
+    assert refused[0]["message"].startswith("busy")
+    assert wait_for(lambda: not any(_running(pid) for pid in pids), timeout=5)
+    assert not load_generators(lab)
+    assert get(f"{lab.url}/ping").status == 200
+    # The gate opened again: the next race runs.
+    events = run_race(
+        lab.url, {"mode": "processing", "workload": "sleep", "params": {"seconds": "0"}, "concurrency": 2}
+    )
+    assert events[-1]["event"] == "done"
+
+
+def test_server_shutdown_leaves_no_load_generator(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2", "--grace", "1", "--no-access-log")
+
+    async def scenario() -> tuple[list[int], int | None]:
+        ws = await _connect(lab.url)
+        await ws.write_message(json.dumps({"mode": "threading", "workload": "sleep", "params": {"seconds": "5"},
+                                           "concurrency": 3}))  # fmt: skip
+        assert await asyncio.to_thread(wait_for, lambda: bool(load_generators(lab)))
+        pids = [p.pid for p in load_generators(lab)]
+        lab.remember_descendants()
+        code = await asyncio.to_thread(lab.terminate)  # SIGTERM mid-race
+        ws.close()
+        return pids, code
+
+    pids, code = asyncio.run(scenario())
+    assert code is not None, "server did not stop"
+    # Gone by the time the server has exited: it did not just notice later that its target died.
+    assert not any(_running(pid) for pid in pids)
+    assert lab.survivors() == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_request_parsing_and_command_line() -> None:
+    request = RaceRequest.parse(json.dumps({"mode": "threading", "workload": "sleep", "params": {"seconds": 0.5},
+                                            "concurrency": "7"}))  # fmt: skip
+    assert request == RaceRequest("threading", "sleep", {"seconds": 0.5}, 7)
+    assert request.command("http://127.0.0.1:9")[1:] == [
+        "-m", "bench.race", "--url", "http://127.0.0.1:9", "--mode", "threading", "--workload", "sleep",
+        "-p", "seconds=0.5", "-c", "7", "--jsonl",
+    ]  # fmt: skip
+    defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
+    assert defaults == RaceRequest("processing", "count", {"n": 20_000_000}, 10)
+    asynchronous = RaceRequest.parse(json.dumps({"mode": "async", "workload": "ignored"}))
+    assert "--workload" not in asynchronous.command("http://127.0.0.1:9")
+    with pytest.raises(RaceInputError):
+        RaceRequest.parse(b'{"mode": "blocking"}')

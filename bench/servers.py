@@ -1,0 +1,151 @@
+"""Start a lab server for a bench run on a free loopback port, and always stop it with all it started."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVING = re.compile(r"serving on (http://[^/\s]+)/")
+
+
+class ServerError(RuntimeError):
+    """The server exited or did not become ready; the message carries its log's tail."""
+
+
+def log_tail(log_path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def all_serving(url: str) -> bool:
+    """Every server process answers /stats (forked children come up one by one)."""
+    try:
+        with urllib.request.urlopen(f"{url}/stats", timeout=2) as reply:
+            body = json.loads(reply.read())
+    except (OSError, ValueError):
+        return False
+    return bool(len(body["processes"]) == body["server"]["processes"])
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting to be reaped."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+    return members
+
+
+def wait_ready(log_path: Path, pid: int, timeout: float = 120.0) -> str:
+    """Base URL of the server `pid` logging to `log_path`, once all its processes serve.
+
+    The socket is bound (and its URL logged) before the pools are warm, so the
+    log line alone does not mean ready: /stats must list every process.
+    """
+    deadline = time.monotonic() + timeout
+    url = ""
+    while True:
+        if not _alive(pid):
+            raise ServerError(f"server pid {pid} exited during start-up; its log ends:\n{log_tail(log_path)}")
+        if not url:
+            match = SERVING.search(log_path.read_text(errors="replace")) if log_path.exists() else None
+            url = match.group(1) if match else ""
+        if url and all_serving(url):
+            return url
+        if time.monotonic() > deadline:
+            raise ServerError(f"server pid {pid} not ready after {timeout:g} s; its log ends:\n{log_tail(log_path)}")
+        time.sleep(0.1)
+
+
+def stop_group(pgid: int, grace: float = 15.0, reap: Callable[[], object] | None = None) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is left after `grace` seconds.
+
+    `reap` is called while waiting so that a leader which is our own child
+    does not linger as a zombie (a zombie still counts as a group member for kill()).
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
+        if not group_members(pgid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class LocalServer:
+    """`server.py --port 0` in its own session, so stopping it takes its whole process group."""
+
+    def __init__(self, flags: Sequence[str], log_path: Path) -> None:
+        self.flags = ["--port", "0", "--no-access-log", *flags]
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 120.0) -> LocalServer:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "server.py", *self.flags],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            self.url = wait_ready(self.log_path, self.process.pid, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop the server and everything in its process group; reap it.
+
+        `grace` is short on purpose: a bench has no use for a blocked event
+        loop finishing queued /blocking jobs after the race was called off.
+        """
+        if self.process is None:
+            return
+        # The session leader's pid is the group id, even after it has exited.
+        stop_group(self.process.pid, grace, reap=self.process.poll)
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,313 @@
+"""The steps bench/siege.sh hands to Python: wait for a server, warm up and time solo runs, parse siege, report.
+
+    python -m bench.siege_steps ready   --log FILE --pid PID          prints the server's base URL
+    python -m bench.siege_steps prepare --base URL --name N --mode M --dir D   writes D/N.plan.json, prints the URL
+    python -m bench.siege_steps solo-after --name N --dir D          more solo runs, after siege
+    python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
+    python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
+
+The ideal comes from bench.race (one implementation of SPEC.md's formulas).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.race import (
+    get,
+    ideal_makespan,
+    lanes,
+    mode_url,
+    param_pair,
+    server_facts,
+    solo_samples,
+    warm_up,
+    with_tag,
+)
+from bench.servers import ServerError, wait_ready
+from bench.summary import machine_facts, markdown_table, median, ratio, text_table
+
+TIMEOUT_S = 600.0
+SIEGE_KEYS = ("transactions", "elapsed_time", "response_time", "shortest_transaction", "longest_transaction")
+
+
+class StepError(RuntimeError):
+    """A step cannot go on; its message is shown to the user as is."""
+
+
+def parse_siege(text: str) -> dict[str, Any]:
+    """The JSON object in siege's stdout, whatever precedes or follows it.
+
+    siege's first run on a machine prints "New configuration template added
+    to ..." before the JSON; other versions may add lines after it.
+    """
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and all(key in value for key in SIEGE_KEYS):
+            return value
+        start = text.find("{", start + 1)
+    raise StepError(f"no siege JSON summary found in its output ({len(text)} characters)")
+
+
+def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, reps: int) -> dict[str, Any]:
+    """One summary.json row: siege's numbers, the ideal from the plan's solo time, and context."""
+    transactions = int(siege["transactions"])
+    # siege counts a 4xx/5xx reply as a transaction that was not "successful",
+    # and only socket errors as "failed_transactions": both are failures here.
+    http_errors = transactions - int(siege.get("successful_transactions", transactions))
+    failed = int(siege.get("failed_transactions", 0)) + http_errors
+    ideal = ideal_makespan(plan["mode"], plan["workload"], plan["server"], plan["solo_s"], concurrency, reps=reps)
+    elapsed = float(siege["elapsed_time"])
+    row = {
+        "endpoint": plan["name"],
+        "elapsed_s": elapsed,
+        "mean_s": float(siege["response_time"]),
+        "shortest_s": float(siege["shortest_transaction"]),
+        "longest_s": float(siege["longest_transaction"]),
+        "transactions": transactions,
+        "failed": failed,
+        "ideal_s": round(ideal, 4),
+        "ratio": ratio(elapsed, ideal),
+    }
+    server = plan["server"]
+    return row | {
+        "url": plan["url"],
+        "mode": plan["mode"],
+        "workload": plan["workload"],
+        "params": plan["params"],
+        "concurrency": concurrency,
+        "reps": reps,
+        "solo_s": round(plan["solo_s"], 4),
+        "solo_samples_s": [round(s, 4) for s in plan["solo_samples_s"]],
+        "solo_before_s": [round(s, 4) for s in plan.get("solo_before_s", plan["solo_samples_s"])],
+        "solo_after_s": [round(s, 4) for s in plan.get("solo_after_s", [])],
+        "cores": int(server["cpu_count"]),
+        "processes": int(server["processes"]),
+        "lanes": None if plan["mode"] == "async" else lanes(plan["mode"], plan["workload"], server),
+        "siege": {k: siege[k] for k in sorted(siege)},
+    }
+
+
+def prepare(args: argparse.Namespace) -> int:
+    """Check and warm the endpoint up, time solo runs, record what the report needs for the ideal."""
+    base = args.base.rstrip("/")
+    params = dict(args.param) if args.mode != "async" else {}
+    if args.mode == "async" and args.delay:
+        params["delay"] = args.delay
+    url = mode_url(base, args.mode, args.workload or None, params)
+    server = server_facts(base, args.timeout)
+    status, body, _, _ = get(with_tag(url, "check"), args.timeout)
+    if status != 200 or not isinstance(body, dict):
+        raise StepError(f"{url} answered {status}: {json.dumps(body)[:300]}")
+    if args.mode != "async":  # waiting needs no warming
+        warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
+    samples, body = solo_samples(url, args.solo_runs, args.timeout)
+    plan = {
+        "name": args.name,
+        "base": base,
+        "url": url,
+        "mode": args.mode,
+        # The reply names the workload and params actually run, defaults included.
+        "workload": body["workload"],
+        "params": body["params"],
+        "server": server,
+        "solo_before_s": samples,
+        "solo_after_s": [],
+        "solo_samples_s": samples,
+        "solo_s": median(samples),
+        "prepared_at": time.time(),
+    }
+    _save(args.dir, plan)
+    print(url)
+    return 0
+
+
+def solo_after(args: argparse.Namespace) -> int:
+    """Time solo runs again after siege; t becomes the median of the runs before and after.
+
+    Bracketing the measurement matters on real machines: the same run can take
+    0.4 s on a CPU that has been idle and 0.25 s a few seconds into sustained
+    load, so solo runs taken only before the load overstate t.
+    """
+    path = args.dir / f"{args.name}.plan.json"
+    plan = json.loads(path.read_text())
+    after, _ = solo_samples(plan["url"], args.solo_runs, args.timeout)
+    plan["solo_after_s"] = after
+    plan["solo_samples_s"] = plan["solo_before_s"] + after
+    plan["solo_s"] = median(plan["solo_samples_s"])
+    _save(args.dir, plan)
+    return 0
+
+
+def _save(folder: Path, plan: dict[str, Any]) -> None:
+    (folder / f"{plan['name']}.plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+
+
+def _plans(folder: Path) -> list[dict[str, Any]]:
+    plans = [json.loads(p.read_text()) for p in folder.glob("*.plan.json")]
+    if not plans:
+        raise StepError(f"no *.plan.json in {folder}: nothing was measured")
+    return sorted(plans, key=lambda plan: plan["prepared_at"])
+
+
+def report(args: argparse.Namespace) -> int:
+    """summary.json and summary.md from every endpoint measured; the table on stdout."""
+    rows = []
+    for plan in _plans(args.dir):
+        raw = args.dir / f"{plan['name']}.siege.json"
+        if not raw.exists():
+            raise StepError(f"{raw} is missing: siege did not run for {plan['name']}")
+        rows.append(summary_row(plan, parse_siege(raw.read_text(errors="replace")), args.concurrency, args.reps))
+    (args.dir / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.dir / "summary.md").write_text(_markdown(rows, args))
+    print(text_table(rows))
+    return 0
+
+
+def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    first = rows[0]
+    return "\n".join(
+        [
+            f"# siege -c {args.concurrency} -r {args.reps}, {time.strftime('%Y-%m-%d %H:%M')}",
+            "",
+            f"{first['cores']} cores. Times in seconds; `ideal` is the best makespan possible on this machine "
+            "for each endpoint (SPEC.md's formulas; t is the median of solo requests before and after siege); "
+            "`ratio` = elapsed / ideal.",
+            "",
+            markdown_table(rows),
+            "",
+            "| endpoint | URL | workload | solo s (t) | lanes | server processes |",
+            "|:---|:---|:---|---:|---:|---:|",
+            *(
+                f"| {r['endpoint']} | `{r['url']}` | {_workload(r)} | {r['solo_s']:.3f} | {r['lanes'] or '-'} "
+                f"| {r['processes']} |"
+                for r in rows
+            ),
+            "",
+        ]
+    )
+
+
+def _workload(row: dict[str, Any]) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+    return f"{row['workload']} ({params})" if params else row["workload"]
+
+
+def machine(args: argparse.Namespace) -> int:
+    """machine.json: the machine, the libraries, BLAS threads, and the servers measured."""
+    flags = dict(args.flags)
+    servers: dict[str, Any] = {}
+    for plan in _plans(args.dir):
+        entry = servers.setdefault(
+            plan["base"],
+            {
+                "flags": flags.get(plan["base"], "(a server already running: flags unknown)"),
+                "facts": plan["server"],
+                "endpoints": [],
+            },
+        )
+        entry["endpoints"].append(plan["name"])
+    native = next((entry["facts"].get("native_threads") for entry in servers.values()), None)
+    facts = machine_facts(native, servers=servers, siege_rc=_read(args.dir / "siegerc"), bench_argv=args.argv)
+    (args.dir / "machine.json").write_text(json.dumps(facts, indent=1) + "\n")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+def ready(args: argparse.Namespace) -> int:
+    """Wait until the server `--pid` (started with setsid) serves on every process; print its URL."""
+    try:
+        if os.getsid(args.pid) != args.pid:
+            # Stopping the server means killing its process group: it must lead its own.
+            raise StepError(f"server pid {args.pid} is not a session leader: start it with setsid")
+    except ProcessLookupError:
+        raise StepError(f"server pid {args.pid} is not running; its log: {args.log}") from None
+    print(wait_ready(args.log, args.pid, args.timeout))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.siege_steps",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    steps = parser.add_subparsers(dest="step", required=True)
+
+    step = steps.add_parser("ready", help="wait for a server started with setsid; print its base URL")
+    step.add_argument("--log", type=Path, required=True)
+    step.add_argument("--pid", type=int, required=True)
+    step.add_argument("--timeout", type=float, default=180.0)
+    step.set_defaults(run=ready)
+
+    step = steps.add_parser("prepare", help="warm up one endpoint and time solo requests")
+    step.add_argument("--base", required=True, help="server base URL")
+    step.add_argument("--name", required=True, help="endpoint name in the table and file names")
+    step.add_argument("--mode", required=True, choices=("blocking", "threading", "processing", "async"))
+    step.add_argument("--workload", default="", help="workload (default: the route's own)")
+    step.add_argument("-p", "--param", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
+    step.add_argument("--delay", default="", help="/async upstream delay in seconds")
+    step.add_argument("--solo-runs", type=int, default=3)
+    step.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the solo runs")
+    step.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    step.add_argument("--dir", type=Path, required=True)
+    step.set_defaults(run=prepare)
+
+    step = steps.add_parser("solo-after", help="time solo runs again after siege (t: median of all)")
+    step.add_argument("--name", required=True, help="the endpoint prepared before")
+    step.add_argument("--solo-runs", type=int, default=3)
+    step.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    step.add_argument("--dir", type=Path, required=True)
+    step.set_defaults(run=solo_after)
+
+    step = steps.add_parser("report", help="summary.json, summary.md and the table")
+    step.add_argument("--dir", type=Path, required=True)
+    step.add_argument("-c", "--concurrency", type=int, required=True)
+    step.add_argument("-r", "--reps", type=int, required=True)
+    step.set_defaults(run=report)
+
+    step = steps.add_parser("machine", help="machine.json")
+    step.add_argument("--dir", type=Path, required=True)
+    step.add_argument(
+        "--flags",
+        action="append",
+        type=param_pair,
+        default=[],
+        metavar="BASE_URL=FLAGS",
+        help="the flags the server at BASE_URL was started with (repeatable)",
+    )
+    step.add_argument("--argv", default="", help="the bench command line, recorded as is")
+    step.set_defaults(run=machine)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (StepError, ServerError, RuntimeError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Bench results: the summary row, its text and Markdown tables, machine facts, result folders."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from lab.config import cpu_count
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+# summary.json rows carry exactly these keys (SPEC.md, "Bench"); extras may follow.
+ROW_KEYS = ("endpoint", "elapsed_s", "mean_s", "shortest_s", "longest_s", "transactions", "failed", "ideal_s", "ratio")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: the row key, its header, and how a value is shown."""
+
+    key: str
+    header: str
+    fmt: str = "{:.2f}"
+
+    def show(self, row: Mapping[str, Any]) -> str:
+        value = row.get(self.key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        if isinstance(value, str):
+            return value
+        return self.fmt.format(value)
+
+
+COLUMNS = (
+    Column("endpoint", "endpoint", "{}"),
+    Column("elapsed_s", "elapsed s"),
+    Column("mean_s", "mean s"),
+    Column("shortest_s", "shortest s"),
+    Column("longest_s", "longest s"),
+    Column("transactions", "trans", "{:d}"),
+    Column("failed", "failed", "{:d}"),
+    Column("ideal_s", "ideal s"),
+    Column("ratio", "ratio"),
+)
+
+PING_COLUMNS = (
+    Column("ping_p50_ms", "ping p50 ms", "{:.1f}"),
+    Column("ping_p99_ms", "ping p99 ms", "{:.1f}"),
+    Column("ping_max_ms", "ping max ms", "{:.1f}"),
+)
+
+
+def ratio(elapsed_s: float, ideal_s: float) -> float:
+    """elapsed / ideal: 1.0 is the best this machine can do, 2.0 took twice as long."""
+    return round(elapsed_s / ideal_s, 3) if ideal_s > 0 else float("nan")
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value (mean of the two middle ones for an even count)."""
+    if not values:
+        raise ValueError("median of no values")
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def text_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = COLUMNS) -> str:
+    """A plain, aligned table: text left-aligned, numbers right-aligned."""
+    cells = [[c.header for c in columns]] + [[c.show(row) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+
+    def line(values: list[str]) -> str:
+        first = values[0].ljust(widths[0])
+        rest = (v.rjust(w) for v, w in zip(values[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(values) for values in cells[1:])])
+
+
+def markdown_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = COLUMNS) -> str:
+    """The same table in GitHub Markdown."""
+    header = "| " + " | ".join(c.header for c in columns) + " |"
+    align = "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(columns))) + "|"
+    body = ["| " + " | ".join(c.show(row) for c in columns) + " |" for row in rows]
+    return "\n".join([header, align, *body])
+
+
+def new_results_dir(prefix: str = "", root: Path = RESULTS) -> Path:
+    """A fresh bench/results/<prefix><timestamp>/ (a suffix keeps two runs in one second apart)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(100):
+        path = root / f"{prefix}{stamp}{f'-{attempt}' if attempt else ''}"
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return path
+    raise RuntimeError(f"could not create a fresh results folder under {root}")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def siege_version() -> str | None:
+    """`siege --version` (it prints to stderr); None without siege."""
+    siege = shutil.which("siege")
+    if siege is None:
+        return None
+    try:
+        done = subprocess.run([siege, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"SIEGE\s+(\S+)", done.stdout + done.stderr)
+    return match.group(1) if match else None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_facts(native_threads: list[dict[str, Any]] | None, **extra: Any) -> dict[str, Any]:
+    """Cores, CPU, Python and library versions; `native_threads` as a server's /stats reports them.
+
+    The BLAS/OpenMP pool sizes that matter are the server's (it caps them when
+    it starts), so they come from the server measured, not from this process.
+    """
+    return {
+        "cores": cpu_count(),
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "cpu_model": cpu_model(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "versions": {
+            "tornado": _version("tornado"),
+            "numpy": _version("numpy"),
+            "scikit-learn": _version("scikit-learn"),
+            "threadpoolctl": _version("threadpoolctl"),
+            "psutil": _version("psutil"),
+            "siege": siege_version(),
+        },
+        "native_threads": native_threads,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }

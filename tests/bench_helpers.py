@@ -1,0 +1,123 @@
+"""Running the bench tools in tests: note every process they start, check none outlives them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from tests.lab_server import ROOT
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path: Path) -> bool:
+    """A real, non-trivial PNG: the magic bytes and more than a blank image's worth of data."""
+    data = path.read_bytes()
+    return data.startswith(PNG_MAGIC) and len(data) > 10_000
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Tracked:
+    """A command in its own session; every descendant and session it creates is noted while it runs.
+
+    The servers siege.sh starts lead sessions of their own (setsid), so after
+    the command ends anything left in one of the noted sessions -- or any
+    noted pid still running -- was left behind.
+    """
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self.seen: set[int] = set()
+        self.sessions: set[int] = {self.process.pid}
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.note()
+            time.sleep(0.05)
+
+    def note(self) -> None:
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for child in children:
+            self.seen.add(child.pid)
+            with contextlib.suppress(OSError):
+                self.sessions.add(os.getsid(child.pid))
+
+    def descendants(self, name: str) -> list[psutil.Process]:
+        """Running descendants whose command line mentions `name`."""
+        found = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process(self.process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if any(name in part for part in child.cmdline()):
+                        found.append(child)
+        return found
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        finally:
+            self._stop.set()
+            self._watcher.join()
+        return out, err
+
+    def survivors(self, wait: float = 10.0) -> list[int]:
+        """Noted processes still running, and members of the noted sessions (waits for slow exits)."""
+        deadline = time.monotonic() + wait
+        while True:
+            alive = {pid for pid in self.seen if _running(pid)} | self._in_sessions()
+            if not alive or time.monotonic() > deadline:
+                return sorted(alive)
+            time.sleep(0.1)
+
+    def _in_sessions(self) -> set[int]:
+        members = set()
+        for process in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getsid(process.pid) in self.sessions and _running(process.pid):
+                    members.add(process.pid)
+        return members
+
+    def __enter__(self) -> Tracked:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        """However the test went, nothing it started survives it."""
+        self._stop.set()
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate(timeout=10)
+        for pid in {pid for pid in self.seen if _running(pid)} | self._in_sessions():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,104 @@
+"""bench/race.py against a real server: the JSON-lines stream the lab page reads, the table, JSON and PNGs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench_helpers import Tracked, is_png
+from tests.conftest import StartServer
+from tests.lab_server import ROOT
+
+RACE = [sys.executable, "-m", "bench.race"]
+TINY = ["--workload", "sleep", "-p", "seconds=0.05"]
+
+# The fields the page's race driver relies on (bench/race.py EVENTS): they may grow, never shrink.
+RACE_FIELDS = {"event", "url", "mode", "workload", "params", "concurrency", "solo_s", "server"}
+RESPONSE_FIELDS = {"event", "index", "sent", "received", "status", "body"}
+PING_FIELDS = {"event", "sent", "received", "ms", "status"}
+SUMMARY_FIELDS = {
+    "mode", "workload", "concurrency", "solo_s", "elapsed_s", "mean_s", "shortest_s", "longest_s",
+    "transactions", "failed", "ideal_s", "ratio", "cores", "processes", "lanes", "worker_pids",
+    "server_pids", "ping_count", "ping_p50_ms", "ping_p99_ms", "ping_max_ms",
+}  # fmt: skip
+
+
+def run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_jsonl_stream_keeps_the_page_contract(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    done = run([*RACE, "--url", lab.url, "--mode", "processing", *TINY, "-c", "4", "--jsonl"])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no progress ticks in the stream's company
+    events = [json.loads(line) for line in done.stdout.splitlines()]  # every line is JSON
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "race" and kinds[-1] == "done"
+    assert set(kinds) == {"race", "response", "ping", "done"}
+    assert set(events[0]) >= RACE_FIELDS
+    assert events[0]["mode"] == "processing" and events[0]["params"] == {"seconds": "0.05"}
+    responses = [e for e in events if e["event"] == "response"]
+    assert sorted(r["index"] for r in responses) == [0, 1, 2, 3]
+    assert all(set(r) >= RESPONSE_FIELDS and r["status"] == 200 for r in responses)
+    assert all(r["body"]["mode"] == "processing" for r in responses)
+    assert all(set(e) >= PING_FIELDS for e in events if e["event"] == "ping")
+    summary = events[-1]["summary"]
+    assert set(summary) >= SUMMARY_FIELDS
+    assert summary["transactions"] == 4 and summary["failed"] == 0 and summary["ratio"] > 0
+
+
+def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: StartServer, tmp_path: Path) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    out = tmp_path / "race"
+    # As a script, not a module: both ways must work.
+    done = run([sys.executable, "bench/race.py", "--url", lab.url, "--all", *TINY, "--delay", "0.05",
+                "--out", str(out)])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    modes = ["blocking", "threading", "processing", "async"]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:2] == ["endpoint", "elapsed"] and "ping p99 ms" in lines[0]
+    assert [line.split()[0] for line in lines[2:6]] == modes
+    written = [Path(line.removeprefix("wrote ")) for line in lines if line.startswith("wrote ")]
+    assert written == [out / "race.json", *(out / f"timeline-{m}.png" for m in modes)]
+    assert all(is_png(path) for path in written[1:])
+    assert done.stderr.count("..........") == 4  # one tick per finished request, ten per race
+    doc: dict[str, Any] = json.loads((out / "race.json").read_text())
+    assert [race["summary"]["mode"] for race in doc["races"]] == modes
+    for race in doc["races"]:
+        summary = race["summary"]
+        assert summary["transactions"] == 10 and summary["failed"] == 0, summary
+        assert summary["ratio"] > 0 and summary["ideal_s"] > 0
+        assert len(race["responses"]) == 10 and race["pings"]
+    blocking = doc["races"][0]["summary"]
+    assert blocking["lanes"] == 1 and blocking["ideal_s"] == pytest.approx(10 * blocking["solo_s"], abs=1e-3)
+    assert doc["races"][3]["summary"]["params"] == {"delay": "0.05"}
+
+
+def test_an_unreachable_server_is_an_error_event() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = run([*RACE, "--url", f"http://127.0.0.1:{port}", "--mode", "threading", "--jsonl"], timeout=30)
+    assert done.returncode == 1
+    [event] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert event["event"] == "error" and "stats" in event["message"]
+
+
+def test_without_url_it_starts_and_stops_its_own_server(tmp_path: Path) -> None:
+    argv = [*RACE, "--mode", "async", "--delay", "0.05", "-c", "3", "-r", "2", "--no-files", "--quiet",
+            "--server-args", "--process-pool 1"]  # fmt: skip
+    with Tracked(argv) as tracked:
+        out, err = tracked.communicate(timeout=90)
+        assert tracked.process.returncode == 0, err
+        assert len(tracked.sessions) == 2  # its own, and the server's
+        assert tracked.survivors() == []
+    row = out.splitlines()[2].split()
+    assert row[0] == "async" and row[5:7] == ["6", "0"]  # 3 clients x 2 requests each, none failed
+    assert "wrote" not in out

@@ -19,6 +19,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
     os.environ.setdefault(_var, "1")
 
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import logging  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
@@ -105,7 +106,16 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
 
-    services = await Services.start(config, base_url, upstream_url, task_id, board)
+    # Warming the process pool takes seconds; a stop signal must not wait for it.
+    starting = asyncio.ensure_future(Services.start(config, base_url, upstream_url, task_id, board))
+    await asyncio.wait([starting, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()  # Services.start closes what it had started
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("stopped during start-up")
+        return True
+    services = starting.result()
     if config.debug:
         autoreload.add_reload_hook(lambda: services.close(wait=False))
     server = make_http_server(make_app(config, services))

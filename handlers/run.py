@@ -19,7 +19,13 @@ class RunHandler(LabHandler):
             params = workload.parse(self.query)
         except ParamError as error:
             raise LabError(400, error.message) from None
-        record = await self.until_disconnect(self.services.runners[mode].run(workload.name, params))
+        runner = self.services.runners[mode]
+        work = runner.run(workload.name, params)
+        # A blocking run happens inline, in this very call, so its response is
+        # written before the loop takes the next request; inside a task, runs
+        # queued meanwhile would cut in and the staircase would arrive as one
+        # step. It cannot be cancelled anyway.
+        record = await (work if runner.inline else self.until_disconnect(work))
         self.write(
             envelope(
                 mode=mode,

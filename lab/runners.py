@@ -33,6 +33,7 @@ RETRY_AFTER_S = 1
 
 class Runner(Protocol):
     mode: str
+    inline: bool  # runs on the event loop's own thread, start to end
 
     async def start(self) -> None: ...
 
@@ -47,6 +48,7 @@ class BlockingRunner:
     """Runs the workload right here, on the IOLoop thread: nothing else is served meanwhile."""
 
     mode = "blocking"
+    inline = True
 
     async def start(self) -> None:
         pass
@@ -111,6 +113,7 @@ class PoolRunner:
     mode: str
     kind: str
     timeout_outcome: str
+    inline = False
 
     def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
         self.size = size

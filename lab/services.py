@@ -58,8 +58,13 @@ class Services:
         cls, config: Config, base_url: str, upstream_url: str, task_id: int | None, board: Board
     ) -> Services:
         runners = make_runners(config.thread_pool, config.process_pool, config.max_pending, config.job_timeout)
-        for runner in runners.values():
-            await runner.start()
+        try:
+            for runner in runners.values():
+                await runner.start()
+        except BaseException:  # cancelled by a stop signal during start-up, or failed
+            for runner in runners.values():
+                runner.close(wait=False)
+            raise
         http = AsyncHTTPClient(
             force_instance=True,
             max_clients=MAX_HTTP_CLIENTS,

@@ -83,7 +83,8 @@ class LabServer:
         self.url = ""
         self.seen: set[int] = set()
 
-    def start(self, ready_timeout: float = 90.0) -> LabServer:
+    def start(self, ready_timeout: float = 90.0, *, ready: bool = True) -> LabServer:
+        """Start the server; with `ready`, wait until every server process serves."""
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "server.py", "--port", "0", *self.args],
@@ -99,7 +100,7 @@ class LabServer:
             if match:
                 self.url = match.group(1)
             time.sleep(0.05)
-        while not self._all_serving():  # the socket is bound before the pools are warm
+        while ready and not self._all_serving():  # the socket is bound before the pools are warm
             self._check_alive(deadline)
             time.sleep(0.1)
         self.remember_descendants()

@@ -7,12 +7,13 @@ import re
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
-from tests.lab_server import get
+from tests.lab_server import LabServer, get
 
 
 def _wait_for(predicate, timeout: float = 20.0) -> None:
@@ -48,6 +49,17 @@ def test_in_flight_requests_finish_before_the_server_stops(start_server: StartSe
 def _active(lab) -> int:
     stats = get(f"{lab.url}/stats").json()
     return int(sum(p["active_requests"] for p in stats["processes"])) - 1  # minus this /stats request
+
+
+def test_a_stop_during_start_up_is_prompt(tmp_path: Path) -> None:
+    lab = LabServer(["--process-pool", "2"], tmp_path / "server.log")
+    try:
+        lab.start(ready=False)  # the socket is bound; the process pool is still warming up
+        assert lab.terminate(timeout=10) == 0
+        assert "stopped during start-up" in lab.log()
+        assert lab.survivors() == []
+    finally:
+        lab.cleanup()
 
 
 def test_grace_period_bounds_the_stop(start_server: StartServer) -> None:

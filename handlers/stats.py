@@ -6,10 +6,17 @@ import time
 from typing import Any
 
 import psutil
+from threadpoolctl import threadpool_info
 
 from handlers.base import LabHandler
 from lab.config import cpu_count
 from lab.stats import merge, summarise
+
+# BLAS/OpenMP pools and their sizes as loaded in this process (pool workers
+# inherit the same environment), read once: they are fixed at import time.
+NATIVE_THREADS = [
+    {key: info.get(key) for key in ("user_api", "internal_api", "num_threads", "version")} for info in threadpool_info()
+]
 
 
 def _usage(pid: int) -> dict[str, Any]:
@@ -62,6 +69,7 @@ class StatsHandler(LabHandler):
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,
                     "upstream": services.upstream_url,
+                    "native_threads": NATIVE_THREADS,
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},
                 "processes": [_render(doc, now) for doc in docs],

@@ -96,15 +96,21 @@ async def serve(
     """One server process: pools, app, HTTP server. True if every request finished."""
     stop = asyncio.Event()
     hurry = asyncio.Event()
+    interrupts = 0
     loop = asyncio.get_running_loop()
 
-    def on_signal() -> None:
-        if stop.is_set():
-            hurry.set()  # a second Ctrl-C: stop waiting for in-flight work
+    def on_signal(signum: int) -> None:
+        # Ctrl-C reaches every process in the terminal's group and a forked
+        # parent forwards a SIGTERM too, so one keypress can arrive twice:
+        # only a second SIGINT means "stop waiting for in-flight work".
+        nonlocal interrupts
+        interrupts += signum == signal.SIGINT
+        if interrupts > 1:
+            hurry.set()
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
 
     # Warming the process pool takes seconds; a stop signal must not wait for it.
     starting = asyncio.ensure_future(Services.start(config, base_url, upstream_url, task_id, board))
@@ -128,9 +134,13 @@ async def serve(
     await asyncio.wait([drained, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
     finished = drained.done() and drained.result()
     if not finished:
-        log.warning("grace period over: %d requests get 503", services.active_requests)
+        drained.cancel()
+        log.warning(
+            "grace period over: %d requests get 503, running pool jobs are stopped", services.active_requests
+        )
         services.abandon()
-        await services.drain(1.0)  # time for those 503s to be written
+        with contextlib.suppress(TimeoutError):  # time for those 503s to be written
+            await asyncio.wait_for(services.requests_done(), 1.0)
     await server.close_all_connections()
     services.close(wait=finished)
     log.info("stopped")

@@ -34,6 +34,7 @@ RETRY_AFTER_S = 1
 class Runner(Protocol):
     mode: str
     inline: bool  # runs on the event loop's own thread, start to end
+    idle: asyncio.Event  # set while no job runs or waits
 
     async def start(self) -> None: ...
 
@@ -49,6 +50,10 @@ class BlockingRunner:
 
     mode = "blocking"
     inline = True
+
+    def __init__(self) -> None:
+        self.idle = asyncio.Event()
+        self.idle.set()  # a blocking run is over before anything can look
 
     async def start(self) -> None:
         pass
@@ -70,12 +75,15 @@ class Slots:
         self.size = size
         self.busy = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self.idle = asyncio.Event()  # no job holds or waits for a slot
+        self.idle.set()
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
 
     async def acquire(self) -> None:
+        self.idle.clear()
         if self.busy < self.size and not self._waiters:
             self.busy += 1
             return
@@ -88,6 +96,7 @@ class Slots:
                 self.release()  # handed a slot just as we were cancelled: pass it on
             else:
                 self._waiters.remove(waiter)
+                self._update_idle()
             raise
 
     def release(self) -> None:
@@ -97,6 +106,11 @@ class Slots:
                 waiter.set_result(None)
                 return
         self.busy -= 1
+        self._update_idle()
+
+    def _update_idle(self) -> None:
+        if not self.busy and not self._waiters:
+            self.idle.set()
 
 
 @dataclass
@@ -120,6 +134,7 @@ class PoolRunner:
         self.max_pending = max_pending
         self.job_timeout = job_timeout
         self.slots = Slots(size)
+        self.idle = self.slots.idle
         self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
         self._executor: Executor | None = None
         self._job_ids = itertools.count()

@@ -125,10 +125,21 @@ class Services:
             self.requests.record(mode, status, seconds)
             self.publish()  # at once, so /stats from any process counts this request
 
+    async def requests_done(self) -> None:
+        """Return once no request is in flight."""
+        await self._idle.wait()
+
     async def drain(self, grace: float) -> bool:
-        """Wait up to `grace` seconds for in-flight requests; True if all finished."""
+        """Wait up to `grace` seconds for in-flight requests *and* pool jobs; True if all ended.
+
+        A job can outlive its request (its client left, or it got a 504 from
+        --job-timeout): stopping cleanly means waiting for it too.
+        """
         try:
-            await asyncio.wait_for(self._idle.wait(), grace)
+            async with asyncio.timeout(grace):
+                await self.requests_done()
+                for runner in self.runners.values():
+                    await runner.idle.wait()
         except TimeoutError:
             return False
         return True

@@ -160,12 +160,16 @@ class LabServer:
         self.seen |= {p.pid for p in self.descendants()}
         return self.seen
 
-    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
-        """Signal the server and wait for it to exit; its exit code, or None if it did not."""
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0, *, group: bool = False) -> int | None:
+        """Signal the server (with `group`, its whole process group, as a terminal's Ctrl-C does)
+        and wait for it to exit; its exit code, or None if it did not."""
         assert self.process is not None
         self.remember_descendants()
         if self.process.poll() is None:
-            self.process.send_signal(sig)
+            if group:
+                os.killpg(self.process.pid, sig)
+            else:
+                self.process.send_signal(sig)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

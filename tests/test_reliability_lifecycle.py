@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,11 +25,18 @@ def _wait_for(predicate, timeout: float = 20.0) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "sig"),
-    [((), signal.SIGTERM), ((), signal.SIGINT), (("--processes", "2"), signal.SIGTERM)],
-    ids=["single-SIGTERM", "single-SIGINT", "forked-SIGTERM"],
+    ("args", "sig", "group"),
+    [
+        ((), signal.SIGTERM, False),
+        ((), signal.SIGINT, True),
+        (("--processes", "2"), signal.SIGTERM, False),
+        (("--processes", "2"), signal.SIGINT, True),
+    ],
+    # Ctrl-C in a terminal signals the whole process group: every child gets
+    # SIGINT itself *and* a SIGTERM forwarded by the parent.
+    ids=["single-SIGTERM", "single-ctrl-c", "forked-SIGTERM", "forked-ctrl-c"],
 )
-def test_in_flight_requests_finish_before_the_server_stops(start_server: StartServer, args, sig) -> None:
+def test_in_flight_requests_finish_before_the_server_stops(start_server: StartServer, args, sig, group) -> None:
     lab = start_server("--process-pool", "1", *args)
     with ThreadPoolExecutor(4) as pool:  # 3 requests + the stop
         jobs = [
@@ -37,7 +45,7 @@ def test_in_flight_requests_finish_before_the_server_stops(start_server: StartSe
             pool.submit(get, f"{lab.url}/async?delay=1.5"),
         ]
         _wait_for(lambda: _active(lab) == 3, timeout=10)
-        stopped = pool.submit(lab.terminate, sig)
+        stopped = pool.submit(lab.terminate, sig, group=group)
         replies = [job.result() for job in jobs]
         assert stopped.result() == 0
     assert [r.status for r in replies] == [200, 200, 200]
@@ -75,6 +83,32 @@ def test_grace_period_bounds_the_stop(start_server: StartServer) -> None:
     assert reply.headers["Retry-After"] == "1"
     assert "grace period over: 1 requests get 503" in lab.log()
     assert lab.survivors() == []
+
+
+@pytest.mark.parametrize("mode", ["threading", "processing"])
+def test_a_job_that_outlives_its_request_does_not_outlive_the_grace_period(
+    start_server: StartServer, mode: str
+) -> None:
+    # The job gets its 504 after 1 s but runs on (a thread cannot be stopped;
+    # a process job whose client left is not cancelled once it has started).
+    lab = start_server("--thread-pool", "1", "--process-pool", "1", "--job-timeout", "1", "--grace", "2")
+    if mode == "threading":
+        assert get(f"{lab.url}/threading/sleep?seconds=25").status == 504
+    else:
+        host, port = lab.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:  # a client that leaves mid-job
+            sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: lab\r\n\r\n")
+            _wait_for(lambda: _pool_running(lab, mode) == 1, timeout=10)
+    assert _pool_running(lab, mode) == 1  # the job still runs without its request
+    start = time.monotonic()
+    assert lab.terminate(timeout=20) == 0
+    assert time.monotonic() - start < 8  # the grace period and a little, not the job's 25 s
+    assert "running pool jobs are stopped" in lab.log()
+    assert lab.survivors() == []
+
+
+def _pool_running(lab: LabServer, mode: str) -> int:
+    return int(get(f"{lab.url}/stats").json()["processes"][0]["pools"][mode]["running"])
 
 
 def test_a_dead_child_is_replaced_and_its_restart_shows_in_stats(start_server: StartServer) -> None:

@@ -13,7 +13,7 @@ totals survive it.
 
 Why not prometheus_client's multiprocess mode: it aggregates counters and
 gauges well but keeps one file per pid and cannot carry the lists /stats
-shows (busy workers, their pids). /metrics renders the same board instead.
+shows (busy workers, their pids).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Board:
             raise ValueError(f"stats document of {len(payload)} bytes does not fit a slot")
         base = slot * SLOT_BYTES
         seq = _HEADER.unpack_from(self._mem, base)[0]
+        seq += seq & 1  # a writer killed mid-write left it odd: start from the next even value
         _HEADER.pack_into(self._mem, base, seq + 1, 0)  # odd: writing
         self._mem[base + _HEADER.size : base + _HEADER.size + len(payload)] = payload
         _HEADER.pack_into(self._mem, base, seq + 2, len(payload))  # even: done
@@ -61,8 +62,9 @@ class Board:
             time.sleep(0)
         return None
 
-    def close(self) -> None:
-        self._mem.close()
+
+def _empty() -> dict[str, float]:
+    return {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0}
 
 
 class RequestStats:
@@ -72,7 +74,7 @@ class RequestStats:
         self.modes: dict[str, dict[str, float]] = previous or {}
 
     def record(self, mode: str, status: int, seconds: float) -> None:
-        entry = self.modes.setdefault(mode, {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0})
+        entry = self.modes.setdefault(mode, _empty())
         ms = seconds * 1000
         entry["count"] += 1
         entry["errors"] += status >= 400
@@ -98,7 +100,7 @@ def merge(docs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]
     total: dict[str, dict[str, float]] = {}
     for modes in docs:
         for mode, e in modes.items():
-            t = total.setdefault(mode, {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0})
+            t = total.setdefault(mode, _empty())
             t["count"] += e["count"]
             t["errors"] += e["errors"]
             t["total_ms"] += e["total_ms"]

@@ -1,0 +1,57 @@
+"""The shared-memory stats board: slots, the seqlock, and recovery from a torn write."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from lab.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
+
+
+def test_slots_hold_their_last_document() -> None:
+    board = Board(2)
+    assert board.read(0) is None and board.read(1) is None
+    board.write(0, {"a": 1})
+    board.write(0, {"a": 2})
+    board.write(1, {"b": 1})
+    assert board.read(0) == {"a": 2} and board.read(1) == {"b": 1}
+
+
+def test_a_forked_child_writes_where_the_parent_reads() -> None:
+    board = Board(1)
+    pid = os.fork()
+    if pid == 0:  # the child: write and leave without running any cleanup
+        board.write(0, {"pid": os.getpid()})
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert board.read(0) == {"pid": pid}
+
+
+def test_a_torn_slot_is_skipped_then_recovered_by_the_next_write() -> None:
+    board = Board(1)
+    board.write(0, {"n": 1})
+    seq, length = struct.unpack_from("<QI", board._mem, 0)
+    struct.pack_into("<QI", board._mem, 0, seq + 1, length)  # a writer killed between its two stores
+    assert board.read(0, attempts=5) is None
+    board.write(0, {"n": 2})
+    assert board.read(0) == {"n": 2}
+    board.write(0, {"n": 3})
+    assert board.read(0) == {"n": 3}
+
+
+def test_request_stats_sum_and_merge() -> None:
+    a, b = RequestStats(), RequestStats()
+    a.record("blocking", 200, 0.010)
+    a.record("blocking", 400, 0.030)
+    b.record("blocking", 200, 0.020)
+    b.record("async", 504, 1.0)
+    merged = summarise(merge([a.modes, b.modes]))
+    assert merged["blocking"] == {"count": 3, "errors": 1, "mean_ms": 20.0, "max_ms": 30.0}
+    assert merged["async"] == {"count": 1, "errors": 1, "mean_ms": 1000.0, "max_ms": 1000.0}
+
+
+def test_a_document_too_large_for_a_slot_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not fit a slot"):
+        Board(1).write(0, {"x": "y" * SLOT_BYTES})

@@ -60,21 +60,26 @@ class AsyncHandler(LabHandler):
             raise
 
     async def _call(self, delay: float) -> dict[str, Any]:
-        url = f"{self.services.upstream_url}/delay?seconds={delay!r}"
+        upstream, allowance = self.services.upstream_url, self.services.config.upstream_timeout
         try:
-            reply = await self.services.http.fetch(url)
+            # The delay is asked for, not a fault: the timeout is the silence beyond it.
+            reply = await self.services.http.fetch(
+                f"{upstream}/delay?seconds={delay!r}", request_timeout=delay + allowance
+            )
         except HTTPTimeoutError:
             raise LabError(
-                504,
-                f"upstream {self.services.upstream_url} did not answer within "
-                f"{self.services.config.upstream_timeout:g} s (--upstream-timeout)",
+                504, f"upstream {upstream} did not answer within {allowance:g} s (--upstream-timeout) of the delay"
             ) from None
         except HTTPClientError as error:
-            raise LabError(502, f"upstream {self.services.upstream_url} answered {error.code}") from None
+            raise LabError(502, f"upstream {upstream} answered {error.code}") from None
         except OSError as error:
-            why = error.strerror or error
-            raise LabError(502, f"upstream {self.services.upstream_url} unreachable: {why}") from None
-        body: dict[str, Any] = json.loads(reply.body)
+            raise LabError(502, f"upstream {upstream} unreachable: {error.strerror or error}") from None
+        try:
+            body = json.loads(reply.body)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise LabError(502, f"upstream {upstream} answered something that is not a JSON object")
         return body
 
 

@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=DEFAULT_UPSTREAM_TIMEOUT,
         metavar="S",
-        help="/async: a refused upstream is 502, one silent for S seconds is 504 (default: %(default)s)",
+        help="/async: a refused upstream is 502, one silent S seconds past the delay asked for is 504 "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--grace",

@@ -68,6 +68,7 @@ class Services:
         http = AsyncHTTPClient(
             force_instance=True,
             max_clients=MAX_HTTP_CLIENTS,
+            # /async adds the requested delay to request_timeout per call.
             defaults={"connect_timeout": config.upstream_timeout, "request_timeout": config.upstream_timeout},
         )
         # A child replacing a dead one inherits its slot: its totals and a restart.

@@ -10,7 +10,7 @@ from tests.lab_server import LabServer, copies, get, get_many
 
 
 def test_100_concurrent_async_requests(server: LabServer) -> None:
-    replies = get_many(copies(f"{server.url}/async?delay=1", 100))
+    replies = get_many(copies(f"{server.url}/async?delay=3", 100))
     assert [r.status for r in replies] == [200] * 100
     calls = [r.json()["result"]["calls"][0] for r in replies]
     assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 100  # all waited together

@@ -38,8 +38,9 @@ class JsonHandler(RequestHandler):
         else:
             message = self._reason
         body: dict[str, Any] = {"status": status_code, "message": message}
-        if isinstance(error, LabError) and error.retry_after is not None:
-            self.set_header("Retry-After", str(error.retry_after))
+        if isinstance(error, LabError):
+            for name, value in error.headers.items():
+                self.set_header(name, value)
         if self.settings.get("serve_traceback") and "exc_info" in kwargs:
             body["traceback"] = traceback.format_exception(*kwargs["exc_info"])
         self.set_header("Content-Type", "application/json; charset=UTF-8")

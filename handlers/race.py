@@ -208,8 +208,20 @@ class RaceSocket(WebSocketHandler, JsonHandler):
         return MAX_MESSAGE_BYTES
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
-        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+        # Tornado answers a bad handshake in plain text; check what it checks
+        # first, so that these errors are JSON like every other.
+        headers = self.request.headers
+        if headers.get("Upgrade", "").lower() != "websocket":
             raise LabError(400, "/race is the lab page's WebSocket: open / in a browser, or connect a WebSocket client")
+        if "upgrade" not in {part.strip().lower() for part in headers.get("Connection", "").split(",")}:
+            raise LabError(400, 'a WebSocket handshake needs "Connection: Upgrade"')
+        origin = headers.get("Origin")
+        if origin is not None and not self.check_origin(origin):
+            raise LabError(403, "cross-origin WebSockets are not allowed: open the page from this server")
+        if headers.get("Sec-WebSocket-Version") not in ("7", "8", "13"):
+            raise LabError(426, "unsupported WebSocket version", headers={"Sec-WebSocket-Version": "13"})
+        if not headers.get("Sec-WebSocket-Key"):
+            raise LabError(400, "a WebSocket handshake needs a Sec-WebSocket-Key")
         await super().get(*args, **kwargs)
 
     def on_message(self, message: str | bytes) -> None:
@@ -232,7 +244,7 @@ class RaceSocket(WebSocketHandler, JsonHandler):
         race.add_done_callback(self._ended)
 
     def _refuse(self, message: str) -> None:
-        if self.ws_connection is not None:
+        if self.ws_connection is not None and not self.ws_connection.is_closing():
             self.write_message({"event": "error", "message": message})
             self.close(1000)
 

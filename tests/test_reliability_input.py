@@ -20,7 +20,9 @@ ROUTES = [
     *(f"/{mode}" for mode in MODES),
     *(f"/{mode}/{name}" for mode in MODES for name in WORKLOADS),
     "/async", "/ping", "/workloads", "/stats", "/", "/nope", "/blocking/nope",
+    "/race", "/race/options", "/static/app.js", "/static/style.css", "/static/nope.js",
 ]  # fmt: skip
+STATIC_TYPES = {"/static/app.js": "text/javascript", "/static/style.css": "text/css"}
 NAMES = sorted({p.name for w in WORKLOADS.values() for p in w.params} | {"delay", "fanout", "_"})
 
 # What may appear raw in a request target: visible ASCII except '#', plus
@@ -62,6 +64,9 @@ def _assert_lab_reply(reply: RawReply, route: str) -> None:
     assert 200 <= reply.status < 500, (reply.status, reply.body[:300])
     if route == "/" and reply.status == 200:
         assert reply.headers["Content-Type"].startswith("text/html")
+        return
+    if route in STATIC_TYPES and reply.status == 200:
+        assert reply.headers["Content-Type"].startswith(STATIC_TYPES[route])
         return
     assert reply.headers["Content-Type"].startswith("application/json")
     body = reply.json()
@@ -127,6 +132,30 @@ def test_hostile_requests(fuzz_server: LabServer, request_bytes: bytes, status: 
     assert reply.json()["error"]["status"] == status
     assert fragment in reply.json()["error"]["message"]
     assert get_raw(fuzz_server.url, b"/ping").json()["pong"] is True
+
+
+HANDSHAKE = b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "fragment"),
+    [
+        (b"", 400, "the lab page's WebSocket"),
+        (b"Upgrade: websocket\r\n", 400, "Connection: Upgrade"),
+        (HANDSHAKE + b"Origin: http://evil.example\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", 403,
+         "cross-origin"),
+        (b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 99\r\n", 426, "version"),
+        (HANDSHAKE, 400, "Sec-WebSocket-Key"),
+    ],
+    ids=["no-upgrade", "no-connection", "cross-origin", "version", "no-key"],
+)  # fmt: skip
+def test_bad_websocket_handshakes_get_json_errors(fuzz_server: LabServer, headers, status, fragment) -> None:
+    reply = get_raw(fuzz_server.url, b"/race", extra=headers)
+    assert reply.status == status
+    assert reply.headers["Content-Type"].startswith("application/json")
+    assert fragment in reply.json()["error"]["message"]
+    if status == 426:
+        assert reply.headers["Sec-WebSocket-Version"] == "13"
 
 
 def test_huge_headers_are_served(fuzz_server: LabServer) -> None:

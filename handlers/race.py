@@ -215,8 +215,9 @@ class RaceSocket(WebSocketHandler, JsonHandler):
             raise LabError(400, "/race is the lab page's WebSocket: open / in a browser, or connect a WebSocket client")
         if "upgrade" not in {part.strip().lower() for part in headers.get("Connection", "").split(",")}:
             raise LabError(400, 'a WebSocket handshake needs "Connection: Upgrade"')
-        origin = headers.get("Origin")
-        if origin is not None and not self.check_origin(origin):
+        # Tornado 6.6's own cross-origin algorithm (Sec-Fetch-Site, then Origin
+        # against Host, then check_origin), as WebSocketHandler.get runs it.
+        if self._check_cross_origin(self.check_origin) is not None:
             raise LabError(403, "cross-origin WebSockets are not allowed: open the page from this server")
         if headers.get("Sec-WebSocket-Version") not in ("7", "8", "13"):
             raise LabError(426, "unsupported WebSocket version", headers={"Sec-WebSocket-Version": "13"})

@@ -200,6 +200,14 @@ class PoolRunner:
                 "it is being replaced, retry",
                 retry_after=RETRY_AFTER_S,
             ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not job.cancelled() or (task is not None and task.cancelling()):
+                raise  # our client left (see LabHandler.until_disconnect)
+            # The executor dropped the job: its pool was replaced before a worker took it.
+            raise LabError(
+                503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
+            ) from None
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         raise NotImplementedError
@@ -271,6 +279,7 @@ class ProcessRunner(PoolRunner):
         super().__init__(size, max_pending, job_timeout)
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     def _new_executor(self) -> ProcessPoolExecutor:
         # spawn, not fork: forking a process that runs an IOLoop and threads
@@ -343,7 +352,9 @@ class ProcessRunner(PoolRunner):
         self._executor = new = self._new_executor()
         self.counts["pool_restarts"] += 1
         log.warning("process pool replaced: %s", why)
-        asyncio.get_running_loop().create_task(self._warm(new))
+        # Kept, so the task is not garbage-collected mid-way and its failure is logged.
+        self._warming = asyncio.get_running_loop().create_task(self._warm(new))
+        self._warming.add_done_callback(_log_failure)
 
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()
@@ -359,6 +370,11 @@ class ProcessRunner(PoolRunner):
                     process.kill()
             executor.shutdown(wait=True, cancel_futures=True)
         self._close_pipe()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("warming the replacement process pool failed", exc_info=task.exception())
 
 
 def _workers(executor: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from tests.lab_server import ROOT
+from tests.procs import Watch
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,13 +22,6 @@ def is_png(path: Path) -> bool:
     """A real, non-trivial PNG: the magic bytes and more than a blank image's worth of data."""
     data = path.read_bytes()
     return data.startswith(PNG_MAGIC) and len(data) > 10_000
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class Tracked:
@@ -50,7 +43,7 @@ class Tracked:
             env=env,
             start_new_session=True,
         )
-        self.seen: set[int] = set()
+        self.watch = Watch()
         self.sessions: set[int] = {self.process.pid}
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True)
@@ -66,8 +59,8 @@ class Tracked:
             children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return
+        self.watch.note(children)
         for child in children:
-            self.seen.add(child.pid)
             with contextlib.suppress(OSError):
                 self.sessions.add(os.getsid(child.pid))
 
@@ -91,20 +84,7 @@ class Tracked:
 
     def survivors(self, wait: float = 10.0) -> list[int]:
         """Noted processes still running, and members of the noted sessions (waits for slow exits)."""
-        deadline = time.monotonic() + wait
-        while True:
-            alive = {pid for pid in self.seen if _running(pid)} | self._in_sessions()
-            if not alive or time.monotonic() > deadline:
-                return sorted(alive)
-            time.sleep(0.1)
-
-    def _in_sessions(self) -> set[int]:
-        members = set()
-        for process in psutil.process_iter():
-            with contextlib.suppress(OSError, psutil.Error):
-                if os.getsid(process.pid) in self.sessions and _running(process.pid):
-                    members.add(process.pid)
-        return members
+        return self.watch.survivors(self.sessions, wait)
 
     def __enter__(self) -> Tracked:
         return self
@@ -118,6 +98,4 @@ class Tracked:
         if self.process.poll() is None:
             self.process.kill()
             self.process.communicate(timeout=10)
-        for pid in {pid for pid in self.seen if _running(pid)} | self._in_sessions():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.watch.kill(self.sessions)

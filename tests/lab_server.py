@@ -12,13 +12,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Barrier
 from typing import Any
 
 import psutil
+
+from tests.procs import Watch, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")
@@ -64,13 +66,28 @@ def get_many(urls: Sequence[str], timeout: float = 60.0) -> list[Reply]:
         return list(pool.map(one, urls))
 
 
-def probe_during(job_urls: Sequence[str], probe_url: str, after: float = 0.3) -> tuple[list[Reply], Reply]:
-    """Start the jobs, send one probe `after` seconds later; both replies."""
+def probe_during(
+    job_urls: Sequence[str], probe_url: str, running: Callable[[], bool] | None = None
+) -> tuple[list[Reply], Reply]:
+    """Start the jobs, send one probe once they run; both replies.
+
+    `running` tells when they do (poll /stats); without it (a blocked server
+    cannot answer), the probe goes 0.3 s later, ample for local requests to land.
+    """
     with ThreadPoolExecutor(len(job_urls)) as pool:
         jobs = [pool.submit(get, url) for url in job_urls]
-        time.sleep(after)
+        if running is None:
+            time.sleep(0.3)
+        else:
+            assert wait_for(running)
         probe = get(probe_url)
         return [job.result() for job in jobs], probe
+
+
+def pool_stats(url: str, mode: str) -> dict[str, Any]:
+    """The first server process's numbers for one pool, from /stats."""
+    pool: dict[str, Any] = get(f"{url}/stats").json()["processes"][0]["pools"][mode]
+    return pool
 
 
 class LabServer:
@@ -81,7 +98,7 @@ class LabServer:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
-        self.seen: set[int] = set()
+        self.watch = Watch()
 
     def start(self, ready_timeout: float = 90.0, *, ready: bool = True) -> LabServer:
         """Start the server; with `ready`, wait until every server process serves."""
@@ -149,6 +166,15 @@ class LabServer:
         assert self.process is not None
         return self.process.pid
 
+    def load_generators(self) -> list[psutil.Process]:
+        """The server's `python -m bench.race` children (the lab page's races)."""
+        found = []
+        for process in self.descendants():
+            with contextlib.suppress(psutil.Error):
+                if "bench.race" in process.cmdline():
+                    found.append(process)
+        return found
+
     def descendants(self) -> list[psutil.Process]:
         try:
             return psutil.Process(self.pid).children(recursive=True)
@@ -156,9 +182,8 @@ class LabServer:
             return []
 
     def remember_descendants(self) -> set[int]:
-        """Note every process the server has started so far (checked after stop)."""
-        self.seen |= {p.pid for p in self.descendants()}
-        return self.seen
+        """Note every process the server has started so far (checked after stop); their pids."""
+        return self.watch.note(self.descendants())
 
     def terminate(self, sig: int = signal.SIGTERM, timeout: float = 30.0, *, group: bool = False) -> int | None:
         """Signal the server (with `group`, its whole process group, as a terminal's Ctrl-C does)
@@ -180,43 +205,21 @@ class LabServer:
         """Processes this server started that are still alive (zombies count as gone).
 
         Looks at every process it was seen to start and at every member of its
-        process group, so children started after the last look count too.
+        session (started with start_new_session), so children started after the
+        last look count too.
         """
-        deadline = time.monotonic() + wait
-        while True:
-            alive = sorted(pid for pid in self.seen | self._group() if _running(pid))
-            if not alive or time.monotonic() > deadline:
-                return alive
-            time.sleep(0.1)
-
-    def _group(self) -> set[int]:
-        members = set()
-        for process in psutil.process_iter():
-            try:
-                if os.getpgid(process.pid) == self.pid:
-                    members.add(process.pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        return members
+        return self.watch.survivors({self.pid}, wait)
 
     def cleanup(self) -> None:
         """However the test went: kill whatever is left of the server, reap it."""
         if self.process is None:
             return
-        for pid in self.seen | self._group() | {self.pid}:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.watch.kill({self.pid})
         if self.process.poll() is None:
+            self.process.kill()
             self.process.wait(10)
         self._log.close()
 
     def stop(self) -> None:
         self.terminate()
         self.cleanup()
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -88,6 +88,7 @@ def test_help_and_bad_options() -> None:
 
 
 @pytest.mark.siege
+@pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_against_a_running_server(siege: str, start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "results"
@@ -115,6 +116,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
 
 
 @pytest.mark.siege
+@pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_own_servers_are_started_measured_and_all_stopped(siege: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     with Tracked([SIEGE_SH, *TINY, "--server-args", "--process-pool 1", "--out", str(out)]) as run:
@@ -135,6 +137,7 @@ def test_own_servers_are_started_measured_and_all_stopped(siege: str, tmp_path: 
 
 
 @pytest.mark.siege
+@pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_ctrl_c_mid_siege_stops_everything_it_started(siege: str, tmp_path: Path) -> None:
     # /blocking of ten 0.5 s sleeps would take 5 s: interrupt while siege runs.
     argv = [SIEGE_SH, "--workload", "sleep", "-p", "seconds=0.5", "--solo-runs", "1", "--warmup", "0",
@@ -151,6 +154,7 @@ def test_ctrl_c_mid_siege_stops_everything_it_started(siege: str, tmp_path: Path
 
 
 @pytest.mark.siege
+@pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_sigterm_during_start_up_stops_the_servers_being_started(siege: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     with Tracked([SIEGE_SH, *TINY, "--out", str(out)]) as run:

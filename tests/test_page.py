@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from tests.lab_server import ROOT, LabServer
-from tests.test_race_driver import load_generators, wait_for
+from tests.procs import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -197,11 +197,11 @@ def test_stop_kills_the_load_generator(visit: Visit, lab: LabServer) -> None:
     page.click("#run")
     page.wait_for_selector("#stop:not([hidden])")
     page.wait_for_function("document.querySelector('#status').textContent.startsWith('Timing one request')")
-    assert wait_for(lambda: bool(load_generators(lab)))
+    assert wait_for(lambda: bool(lab.load_generators()))
     page.click("#stop")
     page.wait_for_selector("#run:not([disabled])")
     assert "Stopped" in page.inner_text("#status")
-    assert wait_for(lambda: not load_generators(lab), timeout=5)
+    assert wait_for(lambda: not lab.load_generators(), timeout=5)
     visit.assert_clean()
 
 

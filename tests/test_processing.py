@@ -6,7 +6,7 @@ import pytest
 
 from lab.config import cpu_count
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
-from tests.lab_server import LabServer, copies, get, get_many, probe_during
+from tests.lab_server import LabServer, copies, get, get_many, pool_stats, probe_during
 
 
 def test_envelope(server: LabServer) -> None:
@@ -36,6 +36,10 @@ def test_workers_are_reused_not_spawned_per_request(server: LabServer) -> None:
 
 
 def test_ping_answers_while_workers_compute(server: LabServer) -> None:
-    jobs, ping = probe_during(copies(f"{server.url}/processing/sleep?seconds=1.5", 2), f"{server.url}/ping")
+    jobs, ping = probe_during(
+        copies(f"{server.url}/processing/sleep?seconds=3", 2),
+        f"{server.url}/ping",
+        running=lambda: pool_stats(server.url, "processing")["running"] == 2,
+    )
     assert ping.status == 200
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)

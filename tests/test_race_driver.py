@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
-import psutil
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
@@ -15,6 +13,7 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 from handlers.race import RaceInputError, RaceRequest
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, get
+from tests.procs import running, wait_for
 
 Event = dict[str, Any]
 
@@ -45,27 +44,6 @@ def run_race(url: str, request: Any, headers: dict[str, str] | None = None) -> l
         return await _read_all(ws)
 
     return asyncio.run(go())
-
-
-def load_generators(lab: LabServer) -> list[psutil.Process]:
-    """The server's `python -m bench.race` children."""
-    found = []
-    for process in lab.descendants():
-        try:
-            if "bench.race" in process.cmdline():
-                found.append(process)
-        except psutil.Error:
-            pass
-    return found
-
-
-def wait_for(predicate: Any, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def test_a_processing_race_streams_every_event_in_order(start_server: StartServer) -> None:
@@ -99,7 +77,7 @@ def test_a_processing_race_streams_every_event_in_order(start_server: StartServe
     assert summary["transactions"] == 4 and summary["failed"] == 0
     assert summary["lanes"] == min(2, summary["cores"])
     assert summary["ideal_s"] > 0 and summary["ratio"] > 0
-    assert wait_for(lambda: not load_generators(lab))
+    assert wait_for(lambda: not lab.load_generators())
 
 
 def test_an_async_race_takes_async_params(server: LabServer) -> None:
@@ -136,7 +114,7 @@ def test_bad_input_is_one_clear_error_event(server: LabServer, request_text: str
     assert events[0]["event"] == "error"
     assert message in events[0]["message"]
     assert get(f"{server.url}/ping").status == 200
-    assert not load_generators(server)
+    assert not server.load_generators()
 
 
 def test_an_oversized_message_is_refused_unread(server: LabServer) -> None:
@@ -190,9 +168,9 @@ def test_one_race_at_a_time_and_a_disconnect_kills_the_load_generator(start_serv
         first = await _connect(lab.url)
         await first.write_message(json.dumps(slow))
         assert json.loads(await first.read_message() or "{}")["event"] == "start"
-        generators = await asyncio.to_thread(wait_for, lambda: bool(load_generators(lab)))
+        generators = await asyncio.to_thread(wait_for, lambda: bool(lab.load_generators()))
         assert generators, "no load generator started"
-        pids = [p.pid for p in load_generators(lab)]
+        pids = [p.pid for p in lab.load_generators()]
         second = await _connect(lab.url)
         await second.write_message(json.dumps(slow))
         refused = await _read_all(second)
@@ -202,8 +180,8 @@ def test_one_race_at_a_time_and_a_disconnect_kills_the_load_generator(start_serv
     refused, pids = asyncio.run(scenario())
     assert [e["event"] for e in refused] == ["error"]
     assert refused[0]["message"].startswith("busy")
-    assert wait_for(lambda: not any(_running(pid) for pid in pids), timeout=5)
-    assert not load_generators(lab)
+    assert wait_for(lambda: not any(running(pid) for pid in pids), timeout=5)
+    assert not lab.load_generators()
     assert get(f"{lab.url}/ping").status == 200
     # The gate opened again: the next race runs.
     events = run_race(
@@ -219,8 +197,8 @@ def test_server_shutdown_leaves_no_load_generator(start_server: StartServer) -> 
         ws = await _connect(lab.url)
         await ws.write_message(json.dumps({"mode": "threading", "workload": "sleep", "params": {"seconds": "5"},
                                            "concurrency": 3}))  # fmt: skip
-        assert await asyncio.to_thread(wait_for, lambda: bool(load_generators(lab)))
-        pids = [p.pid for p in load_generators(lab)]
+        assert await asyncio.to_thread(wait_for, lambda: bool(lab.load_generators()))
+        pids = [p.pid for p in lab.load_generators()]
         lab.remember_descendants()
         code = await asyncio.to_thread(lab.terminate)  # SIGTERM mid-race
         ws.close()
@@ -229,15 +207,8 @@ def test_server_shutdown_leaves_no_load_generator(start_server: StartServer) -> 
     pids, code = asyncio.run(scenario())
     assert code is not None, "server did not stop"
     # Gone by the time the server has exited: it did not just notice later that its target died.
-    assert not any(_running(pid) for pid in pids)
+    assert not any(running(pid) for pid in pids)
     assert lab.survivors() == []
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_request_parsing_and_command_line() -> None:

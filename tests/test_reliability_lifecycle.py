@@ -14,14 +14,8 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
-from tests.lab_server import LabServer, get
-
-
-def _wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
+from tests.lab_server import LabServer, get, pool_stats
+from tests.procs import wait_for
 
 
 @pytest.mark.parametrize(
@@ -44,7 +38,7 @@ def test_in_flight_requests_finish_before_the_server_stops(start_server: StartSe
             pool.submit(get, f"{lab.url}/threading/sleep?seconds=1.5"),
             pool.submit(get, f"{lab.url}/async?delay=1.5"),
         ]
-        _wait_for(lambda: _active(lab) == 3, timeout=10)
+        assert wait_for(lambda: _active(lab) == 3, timeout=10)
         stopped = pool.submit(lab.terminate, sig, group=group)
         replies = [job.result() for job in jobs]
         assert stopped.result() == 0
@@ -74,7 +68,7 @@ def test_grace_period_bounds_the_stop(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1", "--grace", "1")
     with ThreadPoolExecutor(1) as pool:
         job = pool.submit(get, f"{lab.url}/processing/sleep?seconds=20")
-        _wait_for(lambda: _active(lab) >= 1, timeout=10)
+        assert wait_for(lambda: _active(lab) >= 1, timeout=10)
         start = time.monotonic()
         assert lab.terminate(signal.SIGTERM, timeout=15) == 0
         assert time.monotonic() - start < 10
@@ -98,7 +92,7 @@ def test_a_job_that_outlives_its_request_does_not_outlive_the_grace_period(
         host, port = lab.url.removeprefix("http://").rsplit(":", 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that leaves mid-job
             sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: lab\r\n\r\n")
-            _wait_for(lambda: _pool_running(lab, mode) == 1, timeout=10)
+            assert wait_for(lambda: _pool_running(lab, mode) == 1, timeout=10)
     assert _pool_running(lab, mode) == 1  # the job still runs without its request
     start = time.monotonic()
     assert lab.terminate(timeout=20) == 0
@@ -108,7 +102,7 @@ def test_a_job_that_outlives_its_request_does_not_outlive_the_grace_period(
 
 
 def _pool_running(lab: LabServer, mode: str) -> int:
-    return int(get(f"{lab.url}/stats").json()["processes"][0]["pools"][mode]["running"])
+    return int(pool_stats(lab.url, mode)["running"])
 
 
 def test_a_dead_child_is_replaced_and_its_restart_shows_in_stats(start_server: StartServer) -> None:
@@ -121,7 +115,7 @@ def test_a_dead_child_is_replaced_and_its_restart_shows_in_stats(start_server: S
         stats = get(f"{lab.url}/stats").json()["processes"]
         return any(p["task_id"] == 0 and p["pid"] != victim and p["restarts"] == 1 for p in stats)
 
-    _wait_for(replaced)
+    assert wait_for(replaced)
     after = {p["task_id"]: p for p in get(f"{lab.url}/stats").json()["processes"]}
     assert after[1]["pid"] == before[1]["pid"] and after[1]["restarts"] == 0
     assert after[0]["alive"] is True

@@ -14,19 +14,12 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
-from tests.lab_server import LabServer, copies, get
+from tests.lab_server import LabServer, copies, get, pool_stats
+from tests.procs import wait_for
 
 
 def _pool(lab: LabServer, mode: str) -> dict[str, Any]:
-    pool: dict[str, Any] = get(f"{lab.url}/stats").json()["processes"][0]["pools"][mode]
-    return pool
-
-
-def _wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+    return pool_stats(lab.url, mode)
 
 
 @pytest.mark.parametrize("mode", ["threading", "processing"])
@@ -34,7 +27,7 @@ def test_beyond_max_pending_is_503_at_once(start_server: StartServer, mode: str)
     lab = start_server("--process-pool", "1", "--thread-pool", "1", "--max-pending", "1")
     with ThreadPoolExecutor(2) as pool:
         running, waiting = (pool.submit(get, u) for u in copies(f"{lab.url}/{mode}/sleep?seconds=1.5", 2))
-        _wait_for(lambda: _pool(lab, mode)["waiting"] == 1)
+        assert wait_for(lambda: _pool(lab, mode)["waiting"] == 1)
         rejected = get(f"{lab.url}/{mode}/sleep?seconds=1.5&_=third")
         assert_error(rejected, 503, "pool is full", "--max-pending 1")
         assert rejected.headers["Retry-After"] == "1"
@@ -49,7 +42,7 @@ def test_stuck_process_job_gets_504_and_its_worker_is_replaced(start_server: Sta
     [before] = _pool(lab, "processing")["worker_pids"]
     reply = get(f"{lab.url}/processing/sleep?seconds=20")
     assert_error(reply, 504, "--job-timeout 1 s", "worker process was killed")
-    assert reply.received - reply.sent < 3.0
+    assert reply.received - reply.sent < 3.0  # a 1 s timeout, with room for a busy machine
     after = get(f"{lab.url}/processing/fib?n=15")  # served by the new pool, not behind the stuck job
     assert after.status == 200 and after.json()["result"] == 610
     assert after.json()["worker"]["pid"] != before
@@ -61,9 +54,9 @@ def test_stuck_process_job_gets_504_and_its_worker_is_replaced(start_server: Sta
 
 def test_stuck_thread_job_gets_504_and_keeps_its_slot_until_it_ends(start_server: StartServer) -> None:
     lab = start_server("--thread-pool", "1", "--job-timeout", "1")
-    reply = get(f"{lab.url}/threading/sleep?seconds=2.5")
+    reply = get(f"{lab.url}/threading/sleep?seconds=5")
     assert_error(reply, 504, "cannot stop a thread")
-    assert reply.received - reply.sent < 2.0
+    assert reply.received - reply.sent < 3.0  # a 1 s timeout, with room for a busy machine
     assert _pool(lab, "threading")["running"] == 1  # the thread is still sleeping
     nxt = get(f"{lab.url}/threading/sleep?seconds=0")
     assert nxt.status == 200
@@ -75,11 +68,11 @@ def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer) -> N
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(get, f"{lab.url}/processing/sleep?seconds=1.5")
-        _wait_for(lambda: _pool(lab, "processing")["running"] == 1)
+        assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
             sock.sendall(b"GET /processing/sleep?seconds=5 HTTP/1.1\r\nHost: lab\r\n\r\n")
-            _wait_for(lambda: _pool(lab, "processing")["waiting"] == 1)
-        _wait_for(lambda: _pool(lab, "processing")["waiting"] == 0)
+            assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 1)
+        assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 0)
         assert first.result().status == 200
     nxt = get(f"{lab.url}/processing/sleep?seconds=0")
     assert nxt.json()["timing"]["queued_ms"] < 1000  # did not wait behind the abandoned 5 s job
@@ -91,7 +84,7 @@ def test_a_killed_worker_breaks_one_request_and_the_pool_heals(start_server: Sta
     lab = start_server("--process-pool", "2")
     with ThreadPoolExecutor(1) as pool:
         victim_job = pool.submit(get, f"{lab.url}/processing/sleep?seconds=5")
-        _wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 1)
+        assert wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 1)
         [victim] = _pool(lab, "processing")["busy_workers"]
         os.kill(victim, signal.SIGKILL)  # what the OOM killer would do
         reply = victim_job.result()
@@ -108,19 +101,23 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_job(start_server
     lab = start_server("--process-pool", "2")
     victim = _pool(lab, "processing")["worker_pids"][0]
     os.kill(victim, signal.SIGKILL)
-    _wait_for(lambda: not psutil.pid_exists(victim))  # the executor noticed and reaped it
+    assert wait_for(lambda: not psutil.pid_exists(victim))  # the executor noticed and reaped it
     reply = get(f"{lab.url}/processing/fib?n=10")
     assert reply.status == 200 and reply.json()["result"] == 55
     assert _pool(lab, "processing")["pool_restarts"] == 1
 
 
 def test_jobs_beside_a_stuck_one_get_503_when_its_pool_is_replaced(start_server: StartServer) -> None:
-    lab = start_server("--process-pool", "2", "--job-timeout", "2")
+    lab = start_server("--process-pool", "2", "--job-timeout", "3")
     with ThreadPoolExecutor(2) as pool:
         stuck = pool.submit(get, f"{lab.url}/processing/sleep?seconds=20")
-        time.sleep(1.0)  # the bystander starts halfway through the stuck job's allowance
-        bystander = pool.submit(get, f"{lab.url}/processing/sleep?seconds=3")
-        assert_error(stuck.result(), 504, "--job-timeout 2 s")
+        assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
+        # The bystander must start well after the stuck job, or its own 3 s
+        # deadline would race the stuck one's: a second's head start, on purpose.
+        time.sleep(1.0)
+        bystander = pool.submit(get, f"{lab.url}/processing/sleep?seconds=10")  # still running at the kill
+        assert wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 2)
+        assert_error(stuck.result(), 504, "--job-timeout 3 s")
         reply = bystander.result()
     assert_error(reply, 503, "process pool broke while running this job")
     assert reply.headers["Retry-After"] == "1"

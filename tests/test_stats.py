@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tests.conftest import StartServer
 from tests.lab_server import copies, get
+from tests.procs import wait_for
 
 
 def _known_sequence(url: str) -> None:
@@ -48,12 +50,18 @@ def test_counters_after_a_known_sequence(start_server: StartServer) -> None:
 def test_busy_workers_and_waiting_jobs_are_visible(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1", "--thread-pool", "1")
     with ThreadPoolExecutor(4) as pool:
-        jobs = [pool.submit(get, u) for u in copies(f"{lab.url}/processing/sleep?seconds=1.5", 2)]
-        jobs += [pool.submit(get, u) for u in copies(f"{lab.url}/threading/sleep?seconds=1.5", 2)]
-        time.sleep(0.5)
-        stats = get(f"{lab.url}/stats").json()
+        jobs = [pool.submit(get, u) for u in copies(f"{lab.url}/processing/sleep?seconds=3", 2)]
+        jobs += [pool.submit(get, u) for u in copies(f"{lab.url}/threading/sleep?seconds=3", 2)]
+
+        def all_four_in() -> dict[str, Any] | None:
+            pools: dict[str, Any] = get(f"{lab.url}/stats").json()["processes"][0]["pools"]
+            arrived = sum(pools[m]["running"] + pools[m]["waiting"] for m in ("processing", "threading"))
+            return pools if arrived == 4 else None
+
+        assert wait_for(all_four_in)
+        pools = all_four_in()
+        assert pools is not None
         assert all(j.result().status == 200 for j in jobs)
-    pools = stats["processes"][0]["pools"]
     assert (pools["processing"]["running"], pools["processing"]["waiting"]) == (1, 1)
     assert (pools["threading"]["running"], pools["threading"]["waiting"]) == (1, 1)
     [worker] = pools["processing"]["workers"]
@@ -73,8 +81,10 @@ def test_any_forked_child_reports_all_children(start_server: StartServer) -> Non
     with ThreadPoolExecutor(1) as pool:
         for _ in range(20):
             # While one child is blocked, the other must answer /stats.
-            job = pool.submit(get, f"{lab.url}/blocking/sleep?seconds=0.6")
-            time.sleep(0.2)
+            job = pool.submit(get, f"{lab.url}/blocking/sleep?seconds=1.5")
+            # No poll can tell that the blocking run has started (its child
+            # cannot answer); 0.3 s is ample for a local request to arrive.
+            time.sleep(0.3)
             stats = get(f"{lab.url}/stats").json()
             answered_by.add(stats["server"]["answered_by"]["pid"])
             assert _counts(stats["totals"]["requests"]) == {**EXPECTED, "blocking": (blocking_done, 0)}

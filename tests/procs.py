@@ -1,0 +1,80 @@
+"""Tracking the processes a test started, safely: by psutil.Process, never by a bare pid.
+
+A psutil.Process remembers its creation time, and psutil checks it before
+signalling, so a pid the kernel reused for somebody else's process is never
+mistaken for ours (tests here kill workers on purpose, and pids do wrap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable
+
+import psutil
+
+
+def alive(process: psutil.Process) -> bool:
+    """Still this very process, and not a zombie."""
+    with contextlib.suppress(psutil.Error):
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def running(pid: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return alive(psutil.Process(pid))
+    return False
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 15.0) -> bool:
+    """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def in_sessions(sessions: set[int]) -> list[psutil.Process]:
+    """Live processes whose session is one of `sessions`."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(process.pid) in sessions and alive(process):
+                found.append(process)
+    return found
+
+
+class Watch:
+    """Every process noted so far, to check afterwards that none survived."""
+
+    def __init__(self) -> None:
+        self.noted: dict[int, psutil.Process] = {}
+
+    def note(self, processes: Iterable[psutil.Process]) -> set[int]:
+        for process in processes:
+            self.noted.setdefault(process.pid, process)
+        return set(self.noted)
+
+    def alive(self) -> list[psutil.Process]:
+        return [p for p in self.noted.values() if alive(p)]
+
+    def survivors(self, sessions: set[int], wait: float = 10.0) -> list[int]:
+        """Pids of noted processes or session members still alive after up to `wait` seconds."""
+        found: set[int] = set()
+
+        def none_left() -> bool:
+            found.clear()
+            found.update(p.pid for p in [*self.alive(), *in_sessions(sessions)])
+            return not found
+
+        wait_for(none_left, wait)
+        return sorted(found)
+
+    def kill(self, sessions: set[int]) -> None:
+        for process in [*self.alive(), *in_sessions(sessions)]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()

@@ -648,12 +648,16 @@
     const rounds = s.lanes ? Math.ceil(s.concurrency / s.lanes) : 1;
     const t = sec(s.solo_s);
     const name = escape(s.workload);
+    // Forked servers (--processes N): one at a time *per server process*.
+    const oneAtATime = s.processes > 1
+      ? `one request at a time in each of ${s.processes} server processes: ${plural(rounds, "round")} of ${t}.`
+      : `one request at a time: ${s.concurrency} × ${t}.`;
     switch (request.mode) {
       case "blocking":
-        return `the event loop runs one request at a time, so ${s.concurrency} × ${t}.`;
+        return `the event loop runs ${oneAtATime}`;
       case "threading":
         return holdsGil
-          ? `${name} holds the GIL, so however many threads there are, one runs at a time: ${s.concurrency} × ${t}.`
+          ? `${name} holds the GIL, so however many threads there are, it runs ${oneAtATime}`
           : `${name} releases the GIL, so ${plural(s.lanes, "request")} can run at once `
             + `(${plural(server.thread_pool, "thread")}${s.workload === "sleep" ? "" : `, ${plural(s.cores, "core")}`}): `
             + `${plural(rounds, "round")} of ${t}.`;
@@ -685,7 +689,8 @@
     const aside = stretch ? ` (${stretch})` : "";
     switch (request.mode) {
       case "blocking":
-        return "<b>Why:</b> each request ran on the event loop itself, so they were served strictly one after another "
+        return "<b>Why:</b> each request ran on the event loop itself, so "
+          + (s.processes > 1 ? "each server process served its share strictly one after another " : "they were served strictly one after another ")
           + `(the staircase): the first client had its answer after ${sec(s.shortest_s)}, the last waited `
           + `${sec(s.longest_s)}. The dotted lines are clients waiting before the server even looked at their request.`;
       case "threading":

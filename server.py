@@ -8,19 +8,17 @@ child then builds its own with asyncio.run.
 
 from __future__ import annotations
 
-import os
+from lab.native import cap_native_threads
 
-# BLAS/OpenMP thread pools are sized when numpy loads, so this comes before
-# any import that loads numpy: here, in handlers, and in spawned pool workers
-# (they inherit the environment). One thread each keeps the modes comparable
-# and processes x threads x BLAS threads within the cores. Set a variable
-# yourself to experiment; /stats and the bench report what was used.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# BLAS/OpenMP pools are sized when numpy loads, so this comes before any
+# import that loads numpy. Set OMP_NUM_THREADS etc. yourself to experiment;
+# /stats and the bench report what was used.
+cap_native_threads()
 
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -135,9 +133,7 @@ async def serve(
     finished = drained.done() and drained.result()
     if not finished:
         drained.cancel()
-        log.warning(
-            "grace period over: %d requests get 503, running pool jobs are stopped", services.active_requests
-        )
+        log.warning("grace period over: %d requests get 503, running pool jobs are stopped", services.active_requests)
         services.abandon()
         with contextlib.suppress(TimeoutError):  # time for those 503s to be written
             await asyncio.wait_for(services.requests_done(), 1.0)

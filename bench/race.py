@@ -21,6 +21,7 @@ and no files are written unless --out is given.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import shlex
@@ -44,6 +45,7 @@ if __package__ in (None, ""):  # run as `python bench/race.py`: make the `bench`
 from bench import charts
 from bench.servers import LocalServer
 from bench.summary import COLUMNS, PING_COLUMNS, median, new_results_dir, text_table
+from lab import loopback
 
 MODES = ("blocking", "threading", "processing", "async")
 
@@ -103,7 +105,7 @@ class Summary:
     ping_p50_ms: float | None = None
     ping_p99_ms: float | None = None
     ping_max_ms: float | None = None
-    # Added after the first release; consumers of "done" may ignore them.
+    # More context for tables and charts; the page reads only what it needs.
     url: str = ""
     params: dict[str, str] = field(default_factory=dict)
     solo_samples_s: list[float] = field(default_factory=list)
@@ -155,12 +157,12 @@ def get(url: str, timeout: float) -> tuple[int, Any, float, float]:
     """(status, parsed JSON body or text, sent, received) for one GET on a fresh connection."""
     sent = time.time()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
+        with loopback.urlopen(url, timeout=timeout) as reply:
             status, raw = reply.status, reply.read()
     except urllib.error.HTTPError as error:
         status, raw = error.code, error.read()
-    except OSError as error:
-        return 0, {"error": {"status": 0, "message": str(error)}}, sent, time.time()
+    except (OSError, http.client.HTTPException) as error:  # refused, reset, or a reply cut short
+        return 0, {"error": {"status": 0, "message": str(error) or type(error).__name__}}, sent, time.time()
     received = time.time()
     try:
         return status, json.loads(raw), sent, received
@@ -275,7 +277,7 @@ def race(
             "event": "race",
             "url": url,
             "mode": mode,
-            "workload": workload,
+            "workload": "upstream" if mode == "async" else workload,  # as its envelopes say
             "params": params,
             "concurrency": concurrency,
             "solo_s": solo_s,

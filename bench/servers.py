@@ -10,14 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+from lab import ROOT, loopback
+
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 
 
@@ -35,7 +35,7 @@ def log_tail(log_path: Path, lines: int = 20) -> str:
 def all_serving(url: str) -> bool:
     """Every server process answers /stats (forked children come up one by one)."""
     try:
-        with urllib.request.urlopen(f"{url}/stats", timeout=2) as reply:
+        with loopback.urlopen(f"{url}/stats", timeout=2) as reply:
             body = json.loads(reply.read())
     except (OSError, ValueError):
         return False

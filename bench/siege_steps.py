@@ -67,8 +67,9 @@ def parse_siege(text: str) -> dict[str, Any]:
 def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, reps: int) -> dict[str, Any]:
     """One summary.json row: siege's numbers, the ideal from the plan's solo time, and context."""
     transactions = int(siege["transactions"])
-    # siege counts a 4xx/5xx reply as a transaction that was not "successful",
-    # and only socket errors as "failed_transactions": both are failures here.
+    # siege reports an HTTP error either as a transaction that was not
+    # "successful" or under "failed_transactions" (it depends on the status);
+    # socket errors are failed too. Every one of them is a failure here.
     http_errors = transactions - int(siege.get("successful_transactions", transactions))
     failed = int(siege.get("failed_transactions", 0)) + http_errors
     ideal = ideal_makespan(plan["mode"], plan["workload"], plan["server"], plan["solo_s"], concurrency, reps=reps)
@@ -114,7 +115,7 @@ def prepare(args: argparse.Namespace) -> int:
     status, body, _, _ = get(with_tag(url, "check"), args.timeout)
     if status != 200 or not isinstance(body, dict):
         raise StepError(f"{url} answered {status}: {json.dumps(body)[:300]}")
-    if args.mode != "async":  # waiting needs no warming
+    if args.mode != "async" and args.warmup > 0:  # waiting needs no warming
         warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
     samples, body = solo_samples(url, args.solo_runs, args.timeout)
     plan = {

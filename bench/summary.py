@@ -18,9 +18,9 @@ from typing import Any
 
 import psutil
 
+from lab import ROOT
 from lab.config import cpu_count
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 # summary.json rows carry exactly these keys (SPEC.md, "Bench"); extras may follow.

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from handlers.base import LabHandler
+from lab import ROOT
 from lab.errors import LabError
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
+STATIC = ROOT / "static"
 PAGE = STATIC / "index.html"
 ASSETS = {
     "app.js": "text/javascript; charset=UTF-8",

@@ -33,13 +33,13 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from handlers.async_io import ASYNC_PARAMS
 from handlers.base import JsonHandler, LabHandler
+from lab import ROOT
 from lab.errors import LabError
 from workloads import DEFAULT_WORKLOAD, WORKLOADS, ParamError
 from workloads.params import IntParam, parse_params
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RACE_MODES = ("blocking", "threading", "processing", "async")
 CONCURRENCY = IntParam("concurrency", 10, 1, 50, "simultaneous requests")
 # A race request is a few hundred bytes; refuse anything much larger unread.
@@ -149,7 +148,7 @@ async def run_load_generator(argv: list[str], relay: Callable[[str], Awaitable[N
         # In the server's process group, so whatever stops the group stops it too.
         process = await asyncio.create_subprocess_exec(
             *argv,
-            cwd=PROJECT_ROOT,
+            cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -10,12 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from pathlib import Path
+
+from lab import ROOT, loopback
 
 log = logging.getLogger(__name__)
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def watch_parent(interval: float = 0.5) -> None:
@@ -56,7 +54,7 @@ class EmbeddedUpstream:
             process = subprocess.Popen(
                 [sys.executable, "-m", "lab.upstream", "--fd", str(sock.fileno())],
                 pass_fds=[sock.fileno()],
-                cwd=PROJECT_ROOT,
+                cwd=ROOT,
             )
         upstream = cls(process, f"http://{host}:{port}")
         try:
@@ -75,7 +73,7 @@ class EmbeddedUpstream:
             if self.process.poll() is not None:
                 raise RuntimeError(f"embedded upstream exited at start-up with code {self.process.returncode}")
             try:
-                with urllib.request.urlopen(f"{self.url}/delay?seconds=0", timeout=1) as reply:
+                with loopback.urlopen(f"{self.url}/delay?seconds=0", timeout=1) as reply:
                     reply.read()
                 return
             except OSError:

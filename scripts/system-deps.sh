@@ -33,7 +33,12 @@ venv)
 *)
     missing=()
     for tool in "$@"; do
-        command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+        command -v "$tool" >/dev/null 2>&1 && continue
+        case "$tool" in
+            # --no-install-recommends leaves out fonts: screenshots need one.
+            chromium) missing+=(chromium fonts-dejavu-core) ;;
+            *) missing+=("$tool") ;;
+        esac
     done
     if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
     ;;

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.lab_server import ROOT
+from lab import ROOT
 from tests.procs import Watch
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from lab.native import cap_native_threads
 from tests.lab_server import LabServer
 
 # Workloads imported in-process by unit tests get the same BLAS cap as the server.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+cap_native_threads()
 
 StartServer = Callable[..., LabServer]
 

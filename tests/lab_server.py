@@ -20,9 +20,9 @@ from typing import Any
 
 import psutil
 
+from lab import ROOT, loopback
 from tests.procs import Watch, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 
 
@@ -42,7 +42,7 @@ def get(url: str, timeout: float = 60.0, method: str = "GET") -> Reply:
     request = urllib.request.Request(url, method=method)
     sent = time.time()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with loopback.urlopen(request, timeout=timeout) as response:
             return Reply(response.status, dict(response.headers), response.read(), sent, time.time())
     except urllib.error.HTTPError as error:
         return Reply(error.code, dict(error.headers), error.read(), sent, time.time())

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from lab import ROOT
 from tests.bench_helpers import Tracked, is_png
 from tests.conftest import StartServer
-from tests.lab_server import ROOT
 
 RACE = [sys.executable, "-m", "bench.race"]
 TINY = ["--workload", "sleep", "-p", "seconds=0.05"]

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bench.summary import ROW_KEYS, median
+from lab import ROOT
 from lab.config import cpu_count
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
-from tests.lab_server import ROOT
 
 SIEGE_SH = str(ROOT / "bench" / "siege.sh")
 # Sleeps keep every endpoint short and make the numbers checkable without timing anything.

@@ -28,7 +28,7 @@ def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     assert by_name["count"]["params"][0] == {
         "name": "n",
         "type": "integer",
-        "default": 20_000_000,
+        "default": 30_000_000,
         "min": 1,
         "max": 200_000_000,
         "help": "loop iterations",

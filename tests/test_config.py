@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from lab import ROOT
 from lab.config import Config, cpu_count, parse_args
-from tests.lab_server import ROOT
 
 
 def test_defaults() -> None:

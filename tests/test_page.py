@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
-from tests.lab_server import ROOT, LabServer
+from lab import ROOT
+from tests.lab_server import LabServer
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.browser

@@ -220,7 +220,7 @@ def test_request_parsing_and_command_line() -> None:
         "-p", "seconds=0.5", "-c", "7", "--jsonl",
     ]  # fmt: skip
     defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
-    assert defaults == RaceRequest("processing", "count", {"n": 20_000_000}, 10)
+    assert defaults == RaceRequest("processing", "count", {"n": 30_000_000}, 10)
     asynchronous = RaceRequest.parse(json.dumps({"mode": "async", "workload": "ignored"}))
     assert "--workload" not in asynchronous.command("http://127.0.0.1:9")
     with pytest.raises(RaceInputError):

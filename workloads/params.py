@@ -44,14 +44,7 @@ class IntParam:
         raise ParamError(self.name, f"{self.name} must be an integer between {self.min} and {self.max}")
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": "integer",
-            "default": self.default,
-            "min": self.min,
-            "max": self.max,
-            "help": self.help,
-        }
+        return _describe_range(self, "integer")
 
 
 @dataclass(frozen=True)
@@ -70,14 +63,7 @@ class FloatParam:
         raise ParamError(self.name, f"{self.name} must be a number between {self.min:g} and {self.max:g}")
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": "number",
-            "default": self.default,
-            "min": self.min,
-            "max": self.max,
-            "help": self.help,
-        }
+        return _describe_range(self, "number")
 
 
 @dataclass(frozen=True)
@@ -103,6 +89,17 @@ class ChoiceParam:
 
 
 Param = IntParam | FloatParam | ChoiceParam
+
+
+def _describe_range(param: IntParam | FloatParam, kind: str) -> dict[str, Any]:
+    return {
+        "name": param.name,
+        "type": kind,
+        "default": param.default,
+        "min": param.min,
+        "max": param.max,
+        "help": param.help,
+    }
 
 
 def parse_params(owner: str, specs: Sequence[Param], query: Mapping[str, Sequence[str]]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,10 +19,9 @@ from typing import Any
 
 import psutil
 
+from bench.servers import SERVING, all_serving
 from lab import ROOT, loopback
 from tests.procs import Watch, wait_for
-
-SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 
 
 class Reply:
@@ -117,22 +115,11 @@ class LabServer:
             if match:
                 self.url = match.group(1)
             time.sleep(0.05)
-        while ready and not self._all_serving():  # the socket is bound before the pools are warm
+        while ready and not all_serving(self.url):  # the socket is bound before the pools are warm
             self._check_alive(deadline)
             time.sleep(0.1)
         self.remember_descendants()
         return self
-
-    def _all_serving(self) -> bool:
-        """Every server process is up (forked children start one by one)."""
-        try:
-            stats = get(f"{self.url}/stats", timeout=2)
-        except OSError:
-            return False
-        if stats.status != 200:
-            return False
-        body = stats.json()
-        return bool(len(body["processes"]) == body["server"]["processes"])
 
     def reach_every_child(self, children: int, attempts: int = 10) -> tuple[set[tuple[int, int]], int]:
         """Send blocking requests until every forked child has answered one.

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RACE_MODES = ("blocking", "threading", "processing", "async")
+PAGE_WARMUP_S = 1
 CONCURRENCY = IntParam("concurrency", 10, 1, 50, "simultaneous requests")
 # A race request is a few hundred bytes; refuse anything much larger unread.
 MAX_MESSAGE_BYTES = 4096
@@ -131,6 +132,10 @@ class RaceRequest:
             argv += ["--workload", self.workload]
         for name, value in self.params.items():
             argv += ["-p", f"{name}={_arg(value)}"]
+        # One second of warm-up load: a CPU that idled runs the solo request
+        # (the `t` every ideal is built from) slower than it runs the race.
+        if self.mode != "async":
+            argv += ["--warmup", str(PAGE_WARMUP_S)]
         return [*argv, "-c", str(self.concurrency), "--jsonl"]
 
     def describe(self) -> dict[str, Any]:

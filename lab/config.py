@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=DEFAULT_JOB_TIMEOUT,
         metavar="S",
-        help="pool jobs running longer get 504; a stuck worker process is replaced (default: %(default)s)",
+        help="pool jobs running longer (from when a worker starts them) get 504; a stuck worker "
+        "process is replaced (default: %(default)s)",
     )
     parser.add_argument(
         "--upstream-timeout",

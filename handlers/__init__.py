@@ -1,21 +1,5 @@
-"""Request handlers, one module per concept; each module ends with its `routes`."""
+"""Request handlers, one module per concept; each module ends with its `routes`, joined in handlers.routes.
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-from handlers import async_io, catalog, page, ping, race, run, stats
-from handlers.base import NotFoundHandler
-
-if TYPE_CHECKING:
-    from lab.services import Services
-
-MODULES = (page, ping, catalog, run, async_io, stats, race)
-
-
-def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:
-    """Every module's routes, each handler given the server's services."""
-    return [(pattern, handler, {"services": services}) for module in MODULES for pattern, handler in module.routes]
-
-
-__all__ = ["NotFoundHandler", "all_routes"]
+Kept empty on purpose: the embedded upstream imports handlers.base for the
+JSON error path, and must not pay for numpy and scikit-learn doing so.
+"""

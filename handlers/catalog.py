@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from handlers.base import LabHandler
-from workloads import WORKLOADS
+from workloads.registry import WORKLOADS
 
 
 class WorkloadsHandler(LabHandler):

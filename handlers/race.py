@@ -41,8 +41,8 @@ from handlers.async_io import ASYNC_PARAMS
 from handlers.base import JsonHandler, LabHandler
 from lab import ROOT
 from lab.errors import LabError
-from workloads import DEFAULT_WORKLOAD, WORKLOADS, ParamError
-from workloads.params import IntParam, parse_params
+from workloads.params import IntParam, ParamError, parse_params
+from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 if TYPE_CHECKING:
     from lab.services import Services

@@ -5,7 +5,8 @@ from __future__ import annotations
 from handlers.base import LabHandler
 from lab.envelope import envelope
 from lab.errors import LabError
-from workloads import DEFAULT_WORKLOAD, WORKLOADS, ParamError
+from workloads.params import ParamError
+from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 
 class RunHandler(LabHandler):

@@ -6,8 +6,8 @@ import logging
 
 from tornado.web import Application, RequestHandler
 
-from handlers import NotFoundHandler, all_routes
-from handlers.base import LabHandler
+from handlers.base import LabHandler, NotFoundHandler
+from handlers.routes import all_routes
 from lab.config import Config
 from lab.services import Services
 

@@ -8,7 +8,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lab.procs import watch_parent
-from workloads import RunRecord, run_timed
+from workloads.registry import RunRecord, run_timed
 
 _started: Connection | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tests.lab_server import LabServer, get
-from workloads import WORKLOADS
+from workloads.registry import WORKLOADS
 
 
 def test_ping_is_tiny(server: LabServer) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from workloads import WORKLOADS
+from workloads.registry import WORKLOADS
 
 # Sized to run ~0.1-0.3 s each: long enough for the GIL to show, short for CI.
 SIZES: dict[str, dict[str, Any]] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workloads import WORKLOADS, ParamError
-from workloads.params import ChoiceParam, FloatParam, IntParam, parse_params
+from workloads.params import ChoiceParam, FloatParam, IntParam, ParamError, parse_params
+from workloads.registry import WORKLOADS
 
 N = IntParam("n", 10, 1, 100, "")
 SECONDS = FloatParam("seconds", 1.0, 0.0, 30.0, "")

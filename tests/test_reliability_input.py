@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from handlers.async_io import ASYNC_PARAMS
 from tests.lab_server import LabServer
 from tests.rawhttp import RawReply, exchange, get_raw
-from workloads import WORKLOADS, ParamError
-from workloads.params import parse_params
+from workloads.params import ParamError, parse_params
+from workloads.registry import WORKLOADS
 
 MODES = ("blocking", "threading", "processing")
 ROUTES = [

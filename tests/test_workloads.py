@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
 import numpy as np
 import pytest
 
-from workloads import WORKLOADS, cpu, io, ml, numeric, run_timed
+from lab import ROOT
+from workloads import cpu, io, ml, numeric
+from workloads.registry import WORKLOADS, run_timed
 
 KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS]
 
@@ -63,3 +68,21 @@ def test_predict_model_is_trained_once_per_process() -> None:
 
 def test_train_is_deterministic() -> None:
     assert ml.train("wine", 20) == ml.train("wine", 20)
+
+
+def test_the_server_process_trains_its_predict_model_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server process runs /blocking and /threading itself: its first timed
+    # predict must not include training, as no pool worker's does.
+    from lab.runners import BlockingRunner
+
+    monkeypatch.setattr(ml, "_model", None)
+    asyncio.run(BlockingRunner().start())
+    assert ml._model is not None
+
+
+def test_the_param_parser_does_not_load_numpy() -> None:
+    # The embedded upstream parses ?seconds= with it; numpy and scikit-learn
+    # would add most of a second to every server start.
+    code = "import sys, lab.upstream; print(sorted({'numpy', 'sklearn'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

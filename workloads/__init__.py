@@ -1,6 +1,6 @@
-"""Pure, picklable workloads and their registry (no Tornado in here)."""
+"""Pure, picklable workloads and their registry (no Tornado in here).
 
-from workloads.params import ParamError
-from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, RunRecord, Workload, run_timed, warm_up
-
-__all__ = ["DEFAULT_WORKLOAD", "WORKLOADS", "ParamError", "RunRecord", "Workload", "run_timed", "warm_up"]
+Import what you need from workloads.registry or workloads.params: this file
+stays empty so that the param parser (used by the embedded upstream) does not
+drag in numpy and scikit-learn.
+"""

@@ -1,0 +1,17 @@
+"""Every handler module's `routes`, joined: the one list of URLs the app serves."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from handlers import async_io, catalog, page, ping, race, run, stats
+
+if TYPE_CHECKING:
+    from lab.services import Services
+
+MODULES = (page, ping, catalog, run, async_io, stats, race)
+
+
+def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every module's routes, each handler given the server's services."""
+    return [(pattern, handler, {"services": services}) for module in MODULES for pattern, handler in module.routes]

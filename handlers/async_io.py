@@ -13,7 +13,7 @@ from tornado.simple_httpclient import HTTPTimeoutError
 from handlers.base import LabHandler
 from lab.envelope import envelope
 from lab.errors import LabError
-from workloads.params import FloatParam, IntParam, ParamError, parse_params
+from workloads.params import FloatParam, IntParam, parse_params
 
 ASYNC_PARAMS = (
     FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
@@ -25,10 +25,7 @@ class AsyncHandler(LabHandler):
     stats_mode = "async"
 
     async def get(self) -> None:
-        try:
-            params = parse_params("async", ASYNC_PARAMS, self.query)
-        except ParamError as error:
-            raise LabError(400, error.message) from None
+        params = self.params(lambda query: parse_params("async", ASYNC_PARAMS, query))
         started = time.time()
         replies = await self.until_disconnect(self._fan_out(params["delay"], params["fanout"]))
         finished = time.time()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tornado.web import Finish, HTTPError, RequestHandler
 
 from lab.errors import LabError
 from lab.query import decode_query
+from workloads.params import ParamError
 
 if TYPE_CHECKING:
     from lab.services import Services
@@ -43,7 +44,7 @@ class JsonHandler(RequestHandler):
                 self.set_header(name, value)
         if self.settings.get("serve_traceback") and "exc_info" in kwargs:
             body["traceback"] = traceback.format_exception(*kwargs["exc_info"])
-        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        # send_error() has reset the headers to set_default_headers(): JSON.
         self.finish({"error": body})
 
 
@@ -57,6 +58,7 @@ class LabHandler(JsonHandler):
     def initialize(self, services: Services) -> None:
         self.services = services
         self._job: asyncio.Future[Any] | None = None
+        self._counted = False  # by request_started(), until finished()
 
     def prepare(self) -> None:
         self.received = time.time()
@@ -64,9 +66,16 @@ class LabHandler(JsonHandler):
         self._counted = True
         self.query = decode_query(self.request)
 
+    def params(self, parse: Callable[[Mapping[str, Sequence[str]]], dict[str, Any]]) -> dict[str, Any]:
+        """The query string through `parse`; a ParamError is the client's 400."""
+        try:
+            return parse(self.query)
+        except ParamError as error:
+            raise LabError(400, error.message) from None
+
     def finished(self, status: int, seconds: float) -> None:
         """The request is over (called by the app's log function)."""
-        if getattr(self, "_counted", False):
+        if self._counted:
             self._counted = False
             self.services.request_finished(self.stats_mode, status, seconds)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from handlers.base import LabHandler
 from lab.envelope import envelope
 from lab.errors import LabError
-from workloads.params import ParamError
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 
@@ -16,10 +15,7 @@ class RunHandler(LabHandler):
         if workload is None:
             shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
             raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
-        try:
-            params = workload.parse(self.query)
-        except ParamError as error:
-            raise LabError(400, error.message) from None
+        params = self.params(workload.parse)
         runner = self.services.runners[mode]
         work = runner.run(workload.name, params)
         # A blocking run happens inline, in this very call, so its response is

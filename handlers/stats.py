@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import cache
 from typing import Any
 
 import psutil
@@ -12,11 +13,13 @@ from handlers.base import LabHandler
 from lab.config import cpu_count
 from lab.stats import merge, summarise
 
-# BLAS/OpenMP pools and their sizes as loaded in this process (pool workers
-# inherit the same environment), read once: they are fixed at import time.
-NATIVE_THREADS = [
-    {key: info.get(key) for key in ("user_api", "internal_api", "num_threads", "version")} for info in threadpool_info()
-]
+
+@cache
+def native_threads() -> list[dict[str, Any]]:
+    """BLAS/OpenMP pools and their sizes as loaded in this process (pool workers
+    inherit its environment); read on first use, as they are fixed once loaded."""
+    keys = ("user_api", "internal_api", "num_threads", "version")
+    return [{key: info.get(key) for key in keys} for info in threadpool_info()]
 
 
 def _usage(pid: int) -> dict[str, Any]:
@@ -69,7 +72,7 @@ class StatsHandler(LabHandler):
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,
                     "upstream": services.upstream_url,
-                    "native_threads": NATIVE_THREADS,
+                    "native_threads": native_threads(),
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},
                 "processes": [_render(doc, now) for doc in docs],

@@ -44,13 +44,15 @@ log = logging.getLogger("lab.server")
 LISTEN_BACKLOG = 1024
 
 
-def raise_fd_limit() -> None:
-    # Each concurrent /async request holds two sockets (client and upstream).
+def raise_fd_limit(wanted: int = 65536) -> None:
+    """Raise the soft open-files limit towards `wanted` (never lower it, never past the hard limit).
+
+    Each concurrent /async request holds two sockets (client and upstream).
+    """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
-        if target > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def fork_children(count: int, spare: set[int]) -> int:
@@ -159,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
     upstream = None if config.upstream else EmbeddedUpstream.start()
-    upstream_url = config.upstream or upstream.url  # type: ignore[union-attr]
+    upstream_url = upstream.url if upstream else config.upstream
+    assert upstream_url is not None  # one of the two, by construction
     if upstream is not None and config.debug:
         autoreload.add_reload_hook(upstream.stop)
     parent = os.getpid()

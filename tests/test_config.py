@@ -60,3 +60,28 @@ def test_help_lists_every_flag() -> None:
         "--debug", "--max-pending", "--job-timeout", "--upstream-timeout", "--grace",
     ):  # fmt: skip
         assert flag in out
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ((1024, 4096), (4096, 4096)),  # raised, up to the hard limit
+        ((1024, 1_000_000), (65536, 1_000_000)),  # raised to what the lab wants
+        ((1024, -1), (65536, -1)),  # no hard limit
+        ((100_000, 1_000_000), None),  # already enough: untouched
+        ((-1, -1), None),  # unlimited: never lowered
+    ],
+)
+def test_raise_fd_limit(
+    monkeypatch: pytest.MonkeyPatch, limits: tuple[int, int], expected: tuple[int, int] | None
+) -> None:
+    import resource
+
+    import server
+
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "RLIM_INFINITY", -1)
+    monkeypatch.setattr(resource, "getrlimit", lambda _: limits)
+    monkeypatch.setattr(resource, "setrlimit", lambda _, value: calls.append(value))
+    server.raise_fd_limit()
+    assert calls == ([expected] if expected else [])

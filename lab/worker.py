@@ -27,9 +27,11 @@ def init_pool_worker(started: Connection) -> None:
 def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
     """Tell the server which worker took job `job_id`, then run it.
 
-    The server needs the pid to show busy workers in /stats and to kill the
-    right one when the job outlives --job-timeout. The message is a few dozen
-    bytes, so the pipe write is atomic even with every worker sharing it.
+    The server starts the job's --job-timeout clock on this message (not
+    while the job waits for a worker still starting up), shows the pid as busy
+    in /stats, and kills that worker if the job outlives its deadline. The
+    message is a few dozen bytes, so the pipe write is atomic even with every
+    worker sharing the pipe.
     """
     if _started is not None:
         _started.send((job_id, os.getpid()))

@@ -42,3 +42,4 @@ def test_1000_sequential_requests_leak_nothing(start_server: StartServer) -> Non
     after = _footprint(lab.pid)
     assert after[0] <= before[0] + 2, f"open fds grew from {before[0]} to {after[0]}"
     assert after[1] == before[1], f"threads grew from {before[1]} to {after[1]}"
+    assert "tornado.access" not in lab.log()  # --no-access-log

@@ -88,6 +88,15 @@ def pool_stats(url: str, mode: str) -> dict[str, Any]:
     return pool
 
 
+def ping_while_pool_busy(url: str, mode: str, jobs: int) -> tuple[list[Reply], Reply]:
+    """Keep `jobs` 3-second sleeps running in `mode`'s pool; ping once they all run."""
+    return probe_during(
+        copies(f"{url}/{mode}/sleep?seconds=3", jobs),
+        f"{url}/ping",
+        running=lambda: pool_stats(url, mode)["running"] == jobs,
+    )
+
+
 class LabServer:
     """server.py in its own session, so teardown can kill its whole process group."""
 

@@ -6,7 +6,7 @@ import pytest
 
 from lab.config import cpu_count
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
-from tests.lab_server import LabServer, copies, get, get_many, pool_stats, probe_during
+from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
 
 
 def test_envelope(server: LabServer) -> None:
@@ -30,16 +30,12 @@ def test_cpu_jobs_overlap_in_distinct_workers(server: LabServer) -> None:
 def test_workers_are_reused_not_spawned_per_request(server: LabServer) -> None:
     first = {r.json()["worker"]["pid"] for r in get_many(copies(f"{server.url}/processing/sleep?seconds=0.2", 4))}
     second = {r.json()["worker"]["pid"] for r in get_many(copies(f"{server.url}/processing/sleep?seconds=0.2", 4))}
-    pool = set(get(f"{server.url}/stats").json()["processes"][0]["pools"]["processing"]["worker_pids"])
+    pool = set(pool_stats(server.url, "processing")["worker_pids"])
     assert first | second <= pool
     assert len(pool) == cpu_count()
 
 
 def test_ping_answers_while_workers_compute(server: LabServer) -> None:
-    jobs, ping = probe_during(
-        copies(f"{server.url}/processing/sleep?seconds=3", 2),
-        f"{server.url}/ping",
-        running=lambda: pool_stats(server.url, "processing")["running"] == 2,
-    )
+    jobs, ping = ping_while_pool_busy(server.url, "processing", 2)
     assert ping.status == 200
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)

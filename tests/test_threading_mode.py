@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.envelopes import any_overlap, assert_envelope, max_concurrency, run_intervals
-from tests.lab_server import LabServer, copies, get_many, pool_stats, probe_during
+from tests.lab_server import LabServer, copies, get_many, ping_while_pool_busy
 
 
 def test_runs_on_pool_threads_of_the_server(server: LabServer) -> None:
@@ -25,10 +25,6 @@ def test_sleep_jobs_overlap(server: LabServer) -> None:
 
 
 def test_ping_answers_while_threads_run(server: LabServer) -> None:
-    jobs, ping = probe_during(
-        copies(f"{server.url}/threading/sleep?seconds=3", 3),
-        f"{server.url}/ping",
-        running=lambda: pool_stats(server.url, "threading")["running"] == 3,
-    )
+    jobs, ping = ping_while_pool_busy(server.url, "threading", 3)
     assert ping.status == 200
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)

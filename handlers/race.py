@@ -129,13 +129,11 @@ class RaceRequest:
         """The load generator's command line (run from the project root)."""
         argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", self.mode]
         if self.mode != "async":
-            argv += ["--workload", self.workload]
+            # One second of warm-up load: a CPU that idled runs the solo request
+            # (the `t` every ideal is built from) slower than it runs the race.
+            argv += ["--workload", self.workload, "--warmup", str(PAGE_WARMUP_S)]
         for name, value in self.params.items():
             argv += ["-p", f"{name}={_arg(value)}"]
-        # One second of warm-up load: a CPU that idled runs the solo request
-        # (the `t` every ideal is built from) slower than it runs the race.
-        if self.mode != "async":
-            argv += ["--warmup", str(PAGE_WARMUP_S)]
         return [*argv, "-c", str(self.concurrency), "--jsonl"]
 
     def describe(self) -> dict[str, Any]:
@@ -254,10 +252,11 @@ class RaceSocket(WebSocketHandler, JsonHandler):
             self.close(1000)
 
     async def _run(self, request: RaceRequest) -> None:
-        log.info("race: %s", " ".join(request.command(self.services.base_url)[1:]))
+        command = request.command(self.services.base_url)
+        log.info("race: %s", " ".join(command[1:]))
         try:
             await self.write_message({"event": "start", **request.describe()})
-            await run_load_generator(request.command(self.services.base_url), self.write_message)
+            await run_load_generator(command, self.write_message)
         except LoadGeneratorError as error:
             await self.write_message({"event": "error", "message": str(error)})
 

@@ -217,7 +217,7 @@ def test_request_parsing_and_command_line() -> None:
     assert request == RaceRequest("threading", "sleep", {"seconds": 0.5}, 7)
     assert request.command("http://127.0.0.1:9")[1:] == [
         "-m", "bench.race", "--url", "http://127.0.0.1:9", "--mode", "threading", "--workload", "sleep",
-        "-p", "seconds=0.5", "--warmup", "1", "-c", "7", "--jsonl",
+        "--warmup", "1", "-p", "seconds=0.5", "-c", "7", "--jsonl",
     ]  # fmt: skip
     defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
     assert defaults == RaceRequest("processing", "count", {"n": 30_000_000}, 10)

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as `python bench/sweep.py`
 
 from bench import charts
 from bench.race import Event, param_pair, percentile, race, stop_on_sigterm
-from bench.servers import LocalServer, ServerError
+from bench.servers import LocalServer
 from bench.summary import Column, machine_facts, new_results_dir, text_table
 
 DEFAULT_PROCESSES = (1, 2, 4)
@@ -159,17 +159,6 @@ def measure_point(
     return row
 
 
-def measure_with_retry(
-    processes: int, pool_flag: str, pool_size: int, args: argparse.Namespace, log_dir: Path
-) -> dict[str, Any]:
-    """measure_point, trying a second server if the first does not start (its log says why)."""
-    try:
-        return measure_point(processes, pool_flag, pool_size, args, log_dir)
-    except ServerError as error:
-        print(f"warning: {error}\nwarning: trying this point once more", file=sys.stderr)
-        return measure_point(processes, pool_flag, pool_size, args, log_dir)
-
-
 def _brief(row: dict[str, Any]) -> str:
     return ", ".join(
         f"{text} {row[key]:{fmt}}" if row[key] is not None else f"{text} -"
@@ -278,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         for number, (processes, size) in enumerate(grid, 1):
-            row = measure_with_retry(processes, pool_flag, size, args, out)
+            row = measure_point(processes, pool_flag, size, args, out)
             rows.append(row)
             print(f"  [{number}/{len(grid)}] {row['flags']}: {_brief(row)}", file=sys.stderr)
     except (RuntimeError, OSError) as error:

@@ -11,14 +11,10 @@ from tornado.httpclient import HTTPClientError
 from tornado.simple_httpclient import HTTPTimeoutError
 
 from handlers.base import LabHandler
-from lab.envelope import envelope
+from handlers.envelope import envelope
 from lab.errors import LabError
-from workloads.params import FloatParam, IntParam, parse_params
-
-ASYNC_PARAMS = (
-    FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
-    IntParam("fanout", 1, 1, 50, "concurrent upstream calls awaited together"),
-)
+from lab.modes import ASYNC_PARAMS
+from workloads.params import parse_params
 
 
 class AsyncHandler(LabHandler):

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tornado.web import Finish, HTTPError, RequestHandler
 
+from handlers.query import decode_query
 from lab.errors import LabError
-from lab.query import decode_query
+from lab.modes import MODES
 from workloads.params import ParamError
 
 if TYPE_CHECKING:
@@ -109,13 +110,17 @@ class LabHandler(JsonHandler):
             self._job.cancel()
 
 
+def not_found(path: str) -> LabError:
+    """The 404 for a path nothing serves, naming what does (every mode in the registry)."""
+    modes = ", ".join(f"/{name}" for name in MODES)
+    return LabError(
+        404, f"no route for {path[:200]!r}; try /, /ping, /workloads, /modes, /stats, {modes} or /{{mode}}/{{workload}}"
+    )
+
+
 class NotFoundHandler(LabHandler):
     """JSON 404 for every path no route matches."""
 
     def prepare(self) -> None:
         super().prepare()  # an absurd URI is a 414 before it is a 404
-        raise LabError(
-            404,
-            f"no route for {self.request.path[:200]!r}; try /, /ping, /workloads, /stats, /async, "
-            "/blocking, /threading, /processing or /{mode}/{workload}",
-        )
+        raise not_found(self.request.path)

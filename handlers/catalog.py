@@ -1,10 +1,11 @@
-"""GET /workloads: what can run, its params and limits, and whether it releases the GIL."""
+"""GET /workloads and GET /modes: what can run, how, with which params and limits."""
 
 from __future__ import annotations
 
 import json
 
 from handlers.base import LabHandler
+from lab.modes import MODES
 from workloads.registry import WORKLOADS
 
 
@@ -14,4 +15,11 @@ class WorkloadsHandler(LabHandler):
         self.finish(json.dumps([w.describe() for w in WORKLOADS.values()]))
 
 
-routes = [(r"/workloads/?", WorkloadsHandler)]
+class ModesHandler(LabHandler):
+    """The mode registry (lab/modes.py): the page and bench/siege.sh take their mode lists from here."""
+
+    def get(self) -> None:
+        self.finish(json.dumps([mode.describe() for mode in MODES.values()]))
+
+
+routes = [(r"/workloads/?", WorkloadsHandler), (r"/modes/?", ModesHandler)]

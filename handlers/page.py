@@ -9,7 +9,10 @@ from lab.errors import LabError
 STATIC = ROOT / "static"
 PAGE = STATIC / "index.html"
 ASSETS = {
-    "app.js": "text/javascript; charset=UTF-8",
+    # The page's ES modules (static/app.js imports the others; no build step).
+    **dict.fromkeys(
+        ("app.js", "format.js", "race.js", "timeline.js", "pings.js", "words.js"), "text/javascript; charset=UTF-8"
+    ),
     "style.css": "text/css; charset=UTF-8",
     "favicon.svg": "image/svg+xml",
 }

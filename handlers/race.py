@@ -15,10 +15,10 @@ Protocol: the page sends one JSON text message
 
     {"mode": "processing", "workload": "count", "params": {"n": "2000000"}, "concurrency": 10}
 
-(async takes `delay`/`fanout` params and no workload) and receives
+(a mode that runs no workload, async, takes its own params: `delay`/`fanout`) and receives
 
     {"event": "start", "mode", "workload", "params", "concurrency"}   the race was accepted
-    ...bench.race's events: race, response, ping, done (bench/race.py EVENTS)...
+    ...the race's events: race, response, ping, done (EVENTS in bench/engine.py)...
     {"event": "error", "message"}        bad input, busy, or the load generator failed
 
 after which the server closes the connection. Closing it first stops the race
@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from handlers.async_io import ASYNC_PARAMS
 from handlers.base import JsonHandler, LabHandler
 from lab import ROOT
 from lab.errors import LabError
+from lab.modes import ASYNC_PARAMS, MODES
 from workloads.params import IntParam, ParamError, parse_params
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RACE_MODES = ("blocking", "threading", "processing", "async")
 PAGE_WARMUP_S = 1
 CONCURRENCY = IntParam("concurrency", 10, 1, 50, "simultaneous requests")
 # A race request is a few hundred bytes; refuse anything much larger unread.
@@ -86,7 +85,7 @@ def _arg(value: object) -> str:
 @dataclass(frozen=True)
 class RaceRequest:
     mode: str
-    workload: str  # "upstream" for async, as in its envelopes
+    workload: str  # for a mode that runs no workload, what it runs ("upstream" for async), as its envelopes say
     params: dict[str, Any]
     concurrency: int
 
@@ -105,9 +104,9 @@ class RaceRequest:
         if unknown:
             raise RaceInputError(f"unknown field(s) {', '.join(sorted(unknown))[:100]}; allowed: "
                                  "mode, workload, params, concurrency")  # fmt: skip
-        mode = doc.get("mode")
-        if mode not in RACE_MODES:
-            raise RaceInputError(f"mode must be one of: {', '.join(RACE_MODES)}")
+        mode = MODES.get(doc["mode"]) if isinstance(doc.get("mode"), str) else None
+        if mode is None:
+            raise RaceInputError(f"mode must be one of: {', '.join(MODES)}")
         raw = doc.get("params", {})
         if not isinstance(raw, dict):
             raise RaceInputError("params must be an object of NAME: VALUE")
@@ -115,20 +114,20 @@ class RaceRequest:
         concurrency_raw = doc.get("concurrency", CONCURRENCY.default)
         try:
             concurrency = CONCURRENCY.parse(_text("concurrency", concurrency_raw))
-            if mode == "async":
-                return cls(mode, "upstream", parse_params("async", ASYNC_PARAMS, query), concurrency)
+            if mode.workload is not None:
+                return cls(mode.name, mode.workload, parse_params(mode.name, mode.params, query), concurrency)
             name = doc.get("workload", DEFAULT_WORKLOAD)
             workload = WORKLOADS.get(name) if isinstance(name, str) else None
             if workload is None:
                 raise RaceInputError(f"unknown workload; workloads: {', '.join(WORKLOADS)}")
-            return cls(mode, workload.name, workload.parse(query), concurrency)
+            return cls(mode.name, workload.name, workload.parse(query), concurrency)
         except ParamError as error:
             raise RaceInputError(error.message) from None
 
     def command(self, base_url: str) -> list[str]:
         """The load generator's command line (run from the project root)."""
         argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", self.mode]
-        if self.mode != "async":
+        if MODES[self.mode].runs_workloads:
             # One second of warm-up load: a CPU that idled runs the solo request
             # (the `t` every ideal is built from) slower than it runs the race.
             argv += ["--workload", self.workload, "--warmup", str(PAGE_WARMUP_S)]
@@ -279,7 +278,7 @@ class RaceOptionsHandler(LabHandler):
     def get(self) -> None:
         self.write(
             {
-                "modes": list(RACE_MODES),
+                "modes": list(MODES),
                 "concurrency": CONCURRENCY.describe(),
                 "async_params": [param.describe() for param in ASYNC_PARAMS],
             }

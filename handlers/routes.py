@@ -9,7 +9,8 @@ from handlers import async_io, catalog, page, ping, race, run, stats
 if TYPE_CHECKING:
     from lab.services import Services
 
-MODULES = (page, ping, catalog, run, async_io, stats, race)
+# run's route takes any /{mode}[/{workload}], so it comes after every fixed route.
+MODULES = (page, ping, catalog, async_io, stats, race, run)
 
 
 def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:

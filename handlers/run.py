@@ -1,22 +1,24 @@
-"""GET /blocking, /threading, /processing[/{workload}]: one workload, in one mode."""
+"""GET /{mode}[/{workload}]: one workload, in one mode (every mode in lab/modes.py with a runner)."""
 
 from __future__ import annotations
 
-from handlers.base import LabHandler
-from lab.envelope import envelope
+from handlers.base import LabHandler, not_found
+from handlers.envelope import envelope
 from lab.errors import LabError
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 
 class RunHandler(LabHandler):
     async def get(self, mode: str, name: str | None) -> None:
+        runner = self.services.runners.get(mode)
+        if runner is None:
+            raise not_found(self.request.path)
         self.stats_mode = mode
         workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
         if workload is None:
             shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
             raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
         params = self.params(workload.parse)
-        runner = self.services.runners[mode]
         work = runner.run(workload.name, params)
         # A blocking run happens inline, in this very call, so its response is
         # written before the loop takes the next request; inside a task, runs
@@ -40,4 +42,7 @@ class RunHandler(LabHandler):
         )
 
 
-routes = [(r"/(blocking|threading|processing)(?:/([^/]+))?/?", RunHandler)]
+# Any first path segment: the modes are the server's runners, so the registry
+# decides what is served (an unknown one is the usual 404). Joined last in
+# handlers/routes.py, after every fixed route.
+routes = [(r"/([^/]+)(?:/([^/]+))?/?", RunHandler)]

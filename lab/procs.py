@@ -35,7 +35,7 @@ def watch_parent(interval: float = 0.5) -> None:
 
 
 class EmbeddedUpstream:
-    """The slow upstream /async waits on, run as `python -m lab.upstream` in its own process.
+    """The slow upstream /async waits on, run as `python -m handlers.upstream` in its own process.
 
     Its own process, so that a server blocked by /blocking cannot slow it:
     the lab must measure the server, not the upstream. The listening socket
@@ -52,7 +52,7 @@ class EmbeddedUpstream:
         with socket.create_server((host, 0)) as sock:
             port = sock.getsockname()[1]
             process = subprocess.Popen(
-                [sys.executable, "-m", "lab.upstream", "--fd", str(sock.fileno())],
+                [sys.executable, "-m", "handlers.upstream", "--fd", str(sock.fileno())],
                 pass_fds=[sock.fileno()],
                 cwd=ROOT,
             )

@@ -20,11 +20,14 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from lab.errors import LabError
 from lab.worker import init_pool_worker, run_in_worker
 from workloads.registry import RunRecord, run_timed, warm_up
+
+if TYPE_CHECKING:
+    from lab.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,8 @@ RETRY_AFTER_S = 1
 
 
 class Runner(Protocol):
+    """How one mode runs a workload in a server process (built by lab.modes.build_runners)."""
+
     mode: str
     inline: bool  # runs on the event loop's own thread, start to end
     idle: asyncio.Event  # set while no job runs or waits
@@ -54,6 +59,10 @@ class BlockingRunner:
     def __init__(self) -> None:
         self.idle = asyncio.Event()
         self.idle.set()  # a blocking run is over before anything can look
+
+    @classmethod
+    def from_config(cls, config: Config) -> Self:
+        return cls()
 
     async def start(self) -> None:
         # This process is the worker for /blocking and /threading: pay its
@@ -142,6 +151,14 @@ class PoolRunner:
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
+
+    @classmethod
+    def pool_size(cls, config: Config) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: Config) -> Self:
+        return cls(cls.pool_size(config), config.max_pending, config.job_timeout)
 
     @property
     def executor(self) -> Executor:
@@ -250,6 +267,10 @@ class ThreadRunner(PoolRunner):
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
 
+    @classmethod
+    def pool_size(cls, config: Config) -> int:
+        return config.thread_pool
+
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
 
@@ -277,6 +298,10 @@ class ProcessRunner(PoolRunner):
     mode = "processing"
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
+
+    @classmethod
+    def pool_size(cls, config: Config) -> int:
+        return config.process_pool
 
     def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(size, max_pending, job_timeout)
@@ -385,11 +410,3 @@ def _workers(executor: ProcessPoolExecutor) -> list[multiprocessing.process.Base
     # Python 3.14's terminate_workers() is the public way to do this.
     processes: dict[int, multiprocessing.process.BaseProcess] = getattr(executor, "_processes", None) or {}
     return list(processes.values())
-
-
-def make_runners(thread_pool: int, process_pool: int, max_pending: int, job_timeout: float) -> dict[str, Runner]:
-    return {
-        "blocking": BlockingRunner(),
-        "threading": ThreadRunner(thread_pool, max_pending, job_timeout),
-        "processing": ProcessRunner(process_pool, max_pending, job_timeout),
-    }

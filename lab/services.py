@@ -13,7 +13,8 @@ from tornado.httpclient import AsyncHTTPClient
 from tornado.ioloop import PeriodicCallback
 
 from lab.config import Config
-from lab.runners import Runner, make_runners
+from lab.modes import build_runners
+from lab.runners import Runner
 from lab.stats import Board, RequestStats
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,16 @@ log = logging.getLogger(__name__)
 MAX_HTTP_CLIENTS = 10_000
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
+
+
+def upstream_client(config: Config) -> AsyncHTTPClient:
+    """The HTTP client /async calls the upstream with (one per server process)."""
+    return AsyncHTTPClient(
+        force_instance=True,
+        max_clients=MAX_HTTP_CLIENTS,
+        # /async adds the requested delay to request_timeout per call.
+        defaults={"connect_timeout": config.upstream_timeout, "request_timeout": config.upstream_timeout},
+    )
 
 
 @dataclass
@@ -53,11 +64,14 @@ class Services:
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     _publisher: PeriodicCallback | None = None
 
+    def __post_init__(self) -> None:
+        self._idle.set()  # no request in flight yet
+
     @classmethod
     async def start(
         cls, config: Config, base_url: str, upstream_url: str, task_id: int | None, board: Board
     ) -> Services:
-        runners = make_runners(config.thread_pool, config.process_pool, config.max_pending, config.job_timeout)
+        runners = build_runners(config)
         try:
             for runner in runners.values():
                 await runner.start()
@@ -65,12 +79,7 @@ class Services:
             for runner in runners.values():
                 runner.close(wait=False)
             raise
-        http = AsyncHTTPClient(
-            force_instance=True,
-            max_clients=MAX_HTTP_CLIENTS,
-            # /async adds the requested delay to request_timeout per call.
-            defaults={"connect_timeout": config.upstream_timeout, "request_timeout": config.upstream_timeout},
-        )
+        http = upstream_client(config)
         # A child replacing a dead one inherits its slot: its totals and a restart.
         previous = board.read(task_id or 0)
         services = cls(
@@ -84,7 +93,6 @@ class Services:
             requests=RequestStats(previous["requests"] if previous else None),
             restarts=previous["restarts"] + 1 if previous else 0,
         )
-        services._idle.set()
         services.publish()
         services._publisher = PeriodicCallback(services.publish, PUBLISH_EVERY_MS)
         services._publisher.start()

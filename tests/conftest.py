@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lab.native import cap_native_threads
+from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import LabServer
 
 # Workloads imported in-process by unit tests get the same BLAS cap as the server.
@@ -24,6 +25,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
         yield lab.start()
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="session")
+def app() -> Iterator[InProcessLab]:
+    """The app in this process (no pools started): routes, params and error shapes, fast."""
+    yield from serve_in_process()
 
 
 @pytest.fixture

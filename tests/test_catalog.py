@@ -19,7 +19,7 @@ def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     assert isinstance(listed, list)
     assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep"]
     for entry in listed:
-        assert set(entry) == {"name", "description", "params", "releases_gil"}
+        assert set(entry) == {"name", "description", "params", "releases_gil", "waits"}
         assert entry["releases_gil"] is WORKLOADS[entry["name"]].releases_gil
         for param in entry["params"]:
             assert {"name", "type", "default"} <= set(param)

@@ -1,4 +1,4 @@
-"""The command line: defaults from SPEC.md, clear errors, --help that helps."""
+"""The command line: documented defaults, clear errors, --help that helps."""
 
 from __future__ import annotations
 
@@ -77,11 +77,11 @@ def test_raise_fd_limit(
 ) -> None:
     import resource
 
-    import server
+    import lab.main
 
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(resource, "RLIM_INFINITY", -1)
     monkeypatch.setattr(resource, "getrlimit", lambda _: limits)
     monkeypatch.setattr(resource, "setrlimit", lambda _, value: calls.append(value))
-    server.raise_fd_limit()
+    lab.main.raise_fd_limit()
     assert calls == ([expected] if expected else [])

@@ -6,7 +6,8 @@ import pytest
 
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
-from tests.lab_server import LabServer, get
+from tests.inproc import InProcessLab
+from tests.lab_server import get
 
 
 @pytest.mark.parametrize(
@@ -29,13 +30,13 @@ from tests.lab_server import LabServer, get
         ("/blocking/count/extra", 404, "no route"),
     ],
 )
-def test_bad_requests_get_json_errors(server: LabServer, path: str, status: int, fragment: str) -> None:
-    assert_error(get(server.url + path), status, fragment)
+def test_bad_requests_get_json_errors(app: InProcessLab, path: str, status: int, fragment: str) -> None:
+    assert_error(get(app.url + path), status, fragment)
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
-def test_wrong_methods_are_405(server: LabServer, method: str) -> None:
-    assert_error(get(f"{server.url}/processing", method=method), 405)
+def test_wrong_methods_are_405(app: InProcessLab, method: str) -> None:
+    assert_error(get(f"{app.url}/processing", method=method), 405)
 
 
 def test_debug_puts_the_traceback_in_error_bodies(start_server: StartServer) -> None:

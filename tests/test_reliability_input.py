@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from handlers.async_io import ASYNC_PARAMS
-from tests.lab_server import LabServer
+from lab.config import Config
+from lab.modes import ASYNC_PARAMS
+from tests.inproc import InProcessLab, serve_in_process
 from tests.rawhttp import RawReply, exchange, get_raw
 from workloads.params import ParamError, parse_params
 from workloads.registry import WORKLOADS
@@ -76,18 +78,14 @@ def _assert_lab_reply(reply: RawReply, route: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory):
-    lab = LabServer(["--process-pool", "1", "--thread-pool", "2", "--job-timeout", "5", "--no-access-log"],
-                    tmp_path_factory.mktemp("fuzz") / "server.log")  # fmt: skip
-    try:
-        yield lab.start()
-    finally:
-        lab.stop()
+def fuzz_server() -> Iterator[InProcessLab]:
+    # In-process (no server start-up to wait for), with a real process pool: valid requests run.
+    yield from serve_in_process(Config(process_pool=1, thread_pool=2, job_timeout=5, access_log=False), pools=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(route=st.sampled_from(ROUTES), query=queries)
-def test_generated_query_strings_never_break_the_server(fuzz_server: LabServer, route: str, query: str) -> None:
+def test_generated_query_strings_never_break_the_server(fuzz_server: InProcessLab, route: str, query: str) -> None:
     assume(_cheap_or_invalid(route, query))  # valid and slow: not what this test is about
     target = (route + ("?" + query if query else "")).encode()
     _assert_lab_reply(get_raw(fuzz_server.url, target), route)
@@ -95,7 +93,7 @@ def test_generated_query_strings_never_break_the_server(fuzz_server: LabServer, 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(segment=st.one_of(raw_text, escaped, st.just("..")), mode=st.sampled_from(MODES))
-def test_generated_paths_are_404_or_400(fuzz_server: LabServer, segment: str, mode: str) -> None:
+def test_generated_paths_are_404_or_400(fuzz_server: InProcessLab, segment: str, mode: str) -> None:
     reply = get_raw(fuzz_server.url, f"/{mode}/{segment}x/{segment}".encode())
     assert reply.status in (400, 404), reply.body
     _assert_lab_reply(reply, "")
@@ -126,7 +124,7 @@ def test_generated_paths_are_404_or_400(fuzz_server: LabServer, segment: str, mo
         "nul",
     ],
 )
-def test_hostile_requests(fuzz_server: LabServer, request_bytes: bytes, status: int, fragment: str) -> None:
+def test_hostile_requests(fuzz_server: InProcessLab, request_bytes: bytes, status: int, fragment: str) -> None:
     reply = exchange(fuzz_server.url, request_bytes)
     assert reply.status == status
     assert reply.json()["error"]["status"] == status
@@ -149,7 +147,7 @@ HANDSHAKE = b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version
     ],
     ids=["no-upgrade", "no-connection", "cross-origin", "version", "no-key"],
 )  # fmt: skip
-def test_bad_websocket_handshakes_get_json_errors(fuzz_server: LabServer, headers, status, fragment) -> None:
+def test_bad_websocket_handshakes_get_json_errors(fuzz_server: InProcessLab, headers, status, fragment) -> None:
     reply = get_raw(fuzz_server.url, b"/race", extra=headers)
     assert reply.status == status
     assert reply.headers["Content-Type"].startswith("application/json")
@@ -158,11 +156,11 @@ def test_bad_websocket_handshakes_get_json_errors(fuzz_server: LabServer, header
         assert reply.headers["Sec-WebSocket-Version"] == "13"
 
 
-def test_huge_headers_are_served(fuzz_server: LabServer) -> None:
+def test_huge_headers_are_served(fuzz_server: InProcessLab) -> None:
     reply = get_raw(fuzz_server.url, b"/ping", extra=b"X-Filler: " + b"y" * 100_000 + b"\r\n")
     assert reply.status == 200 and reply.json()["pong"] is True
 
 
-def test_server_survived_the_fuzzing(fuzz_server: LabServer) -> None:
+def test_server_survived_the_fuzzing(fuzz_server: InProcessLab) -> None:
     assert get_raw(fuzz_server.url, b"/blocking?n=7").json()["result"] == 7
-    assert "Traceback" not in fuzz_server.log()
+    assert fuzz_server.errors == []  # nothing logged a traceback

@@ -24,6 +24,9 @@ class Workload:
     # declaration nobody measured would be the folklore this lab replaces.
     # Measuring at start-up instead would cost seconds and be noisier.
     releases_gil: bool
+    # It spends its time waiting, not computing: it needs a free thread or
+    # worker, not a core, so the ideal does not cap it by the core count.
+    waits: bool = False
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         return parse_params(self.name, self.params, query)
@@ -33,6 +36,7 @@ class Workload:
             "name": self.name,
             "description": self.description,
             "releases_gil": self.releases_gil,
+            "waits": self.waits,
             "params": [p.describe() for p in self.params],
         }
 
@@ -87,6 +91,7 @@ WORKLOADS: dict[str, Workload] = {
             "time.sleep: a stand-in for blocking I/O; the GIL is released while waiting.",
             (FloatParam("seconds", 1.0, 0.0, 30.0, "how long to wait"),),
             releases_gil=True,
+            waits=True,
         ),
     )
 }

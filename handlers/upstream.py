@@ -1,8 +1,8 @@
 """The embedded upstream service: GET /delay?seconds=X answers after asyncio.sleep(X).
 
-Run by server.py as `python -m lab.upstream --fd N` on a socket it inherits;
-`python -m lab.upstream --port 9000` runs it alone, e.g. as another server's
---upstream.
+Started by the server (lab/procs.py, EmbeddedUpstream) as `python -m
+handlers.upstream --fd N` on a socket it inherits; `python -m handlers.upstream
+--port 9000` runs it alone, e.g. as another server's --upstream.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from tornado.httpserver import HTTPServer
 from tornado.web import Application
 
 from handlers.base import JsonHandler
+from handlers.query import decode_query
 from lab import logs
 from lab.errors import LabError
 from lab.procs import watch_parent
-from lab.query import decode_query
 from workloads.params import FloatParam, ParamError, parse_params
 
 MAX_DELAY = 60.0
@@ -41,8 +41,11 @@ class DelayHandler(JsonHandler):
         self.write({"pid": os.getpid(), "seconds": seconds, "started": started, "finished": time.time()})
 
 
+routes = [(r"/delay", DelayHandler)]
+
+
 def make_upstream_app() -> Application:
-    return Application([(r"/delay", DelayHandler)])
+    return Application(routes)
 
 
 async def serve(sock: socket.socket) -> None:
@@ -59,7 +62,7 @@ async def serve(sock: socket.socket) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lab.upstream", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m handlers.upstream", description=__doc__)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--fd", type=int, help="serve on this inherited listening socket")
     where.add_argument("--port", type=int, help="bind 127.0.0.1:PORT")

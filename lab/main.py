@@ -1,0 +1,186 @@
+"""The server's run, in order: parse, bind, fork, serve, stop cleanly (server.py calls main()).
+
+The order in main() is the fork-safety contract (Tornado's
+docs/guide/running.rst): sockets are bound in the parent, children are forked
+before anything creates an IOLoop, an HTTP client or an executor, and each
+child then builds its own with asyncio.run. The web application comes in as
+`make_app` (handlers/app.py), so that requests' code sits above this module,
+never below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+import psutil
+from tornado import autoreload
+from tornado.netutil import bind_sockets
+from tornado.process import fork_processes
+from tornado.web import Application
+
+from lab import logs
+from lab.config import Config, parse_args
+from lab.httpserver import make_http_server
+from lab.procs import EmbeddedUpstream, watch_parent
+from lab.services import Services
+from lab.stats import Board
+
+log = logging.getLogger("lab.server")
+
+LISTEN_BACKLOG = 1024
+
+
+def raise_fd_limit(wanted: int = 65536) -> None:
+    """Raise the soft open-files limit towards `wanted` (never lower it, never past the hard limit).
+
+    Each concurrent /async request holds two sockets (client and upstream).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def fork_children(count: int, spare: set[int]) -> int:
+    """Fork `count` servers with tornado.process.fork_processes; returns in each child.
+
+    The parent stays inside fork_processes, restarting children that crash.
+    It forwards SIGTERM/SIGINT to the children (Tornado does not) and exits
+    once all of them have stopped cleanly. `spare` are child pids that are
+    not servers (the embedded upstream): the caller stops those last.
+    """
+    stopping = False
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in psutil.Process().children():
+            if child.pid not in spare:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    task_id = fork_processes(count)
+    # From here on we are a child.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if stopping:
+        sys.exit(0)  # restarted while the parent shuts down: nothing to do
+    watch_parent()
+    return task_id
+
+
+# The web application for one server process: handlers/app.py's make_app.
+AppFactory = Callable[[Config, Services], Application]
+
+
+async def serve(
+    config: Config,
+    sockets: list[socket.socket],
+    make_app: AppFactory,
+    *,
+    board: Board,
+    base_url: str,
+    upstream_url: str,
+    task_id: int | None,
+) -> bool:
+    """One server process: pools, app, HTTP server. True if every request finished."""
+    stop = asyncio.Event()
+    hurry = asyncio.Event()
+    interrupts = 0
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        # Ctrl-C reaches every process in the terminal's group and a forked
+        # parent forwards a SIGTERM too, so one keypress can arrive twice:
+        # only a second SIGINT means "stop waiting for in-flight work".
+        nonlocal interrupts
+        interrupts += signum == signal.SIGINT
+        if interrupts > 1:
+            hurry.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    # Warming the process pool takes seconds; a stop signal must not wait for it.
+    starting = asyncio.ensure_future(Services.start(config, base_url, upstream_url, task_id, board))
+    await asyncio.wait([starting, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()  # Services.start closes what it had started
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("stopped during start-up")
+        return True
+    services = starting.result()
+    if config.debug:
+        autoreload.add_reload_hook(lambda: services.close(wait=False))
+    server = make_http_server(make_app(config, services))
+    server.add_sockets(sockets)
+
+    await stop.wait()
+    log.info("stopping: %d requests in flight, up to %g s to finish", services.active_requests, config.grace)
+    server.stop()  # no new connections; in-flight requests go on
+    drained = asyncio.ensure_future(services.drain(config.grace))
+    await asyncio.wait([drained, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
+    finished = drained.done() and drained.result()
+    if not finished:
+        drained.cancel()
+        log.warning("grace period over: %d requests get 503, running pool jobs are stopped", services.active_requests)
+        services.abandon()
+        with contextlib.suppress(TimeoutError):  # time for those 503s to be written
+            await asyncio.wait_for(services.requests_done(), 1.0)
+    await server.close_all_connections()
+    services.close(wait=finished)
+    log.info("stopped")
+    return finished
+
+
+def _base_url(host: str, port: int) -> str:
+    """How this server reaches itself: a wildcard bind is reached on loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
+    """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
+    config = parse_args(argv)
+    logs.configure()
+    raise_fd_limit()
+    # A listen queue like uWSGI's: a burst of hundreds of connections waits in
+    # the kernel instead of being dropped (Tornado's default backlog is 128).
+    sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
+    port = sockets[0].getsockname()[1]
+    board = Board(config.process_count)  # shared memory: must exist before the fork
+    upstream = None if config.upstream else EmbeddedUpstream.start()
+    upstream_url = upstream.url if upstream else config.upstream
+    assert upstream_url is not None  # one of the two, by construction
+    if upstream is not None and config.debug:
+        autoreload.add_reload_hook(upstream.stop)
+    parent = os.getpid()
+    base_url = _base_url(config.host, port)
+    log.info("serving on %s/ with %d process(es); Ctrl-C stops", base_url, config.process_count)
+    try:
+        task_id = None
+        if config.forked:
+            task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
+        finished = asyncio.run(
+            serve(config, sockets, make_app, board=board, base_url=base_url, upstream_url=upstream_url, task_id=task_id)
+        )
+    finally:
+        if os.getpid() == parent and upstream is not None:
+            upstream.stop()
+    if not finished:
+        # A pool thread is still running an abandoned job and the interpreter
+        # would join it at exit; the grace period is over, so go now.
+        logging.shutdown()
+        os._exit(0)

@@ -1,0 +1,196 @@
+"""The mode registry: every way the lab runs a request, each in one place.
+
+A mode is a name, the runner that does its work in each server process
+(async has none: it only awaits its upstream), how many runs it can make
+progress on at once (its lanes, from which the ideal makespan follows) and
+one sentence saying why it behaves as it does. The routes, the runners each
+server builds, the race's choices, the 404 hint, `/modes` (which the page
+and bench/siege.sh read), the bench's choices and the ideal all derive from
+MODES: adding a mode is an entry here plus its runner.
+
+Nothing here imports numpy, Tornado or a runner: the bench and the embedded
+upstream read this registry too. Runners are named by import path and built
+on demand (`build_runners`), as Tornado's `import_object` names things.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from workloads.params import FloatParam, IntParam, Param
+
+if TYPE_CHECKING:
+    from lab.config import Config
+    from lab.runners import Runner
+
+# A server's facts as /stats reports them under "server", plus what /workloads
+# says of each workload: {"releases_gil": {name: bool}, "waits": {name: bool}}.
+Facts = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many runs of one workload a server can make progress on at once, and why, in words."""
+
+    lanes: int | None  # None: nothing computes, every request just waits, all together
+    because: str
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    # One sentence: what the mode does with a request and what follows (the page's mode note).
+    why: str
+    # Where the work runs, which is what the page's explanations depend on:
+    # "event loop", "threads", "processes" (each with its own GIL) or "upstream".
+    runs_on: str
+    capacity: Callable[[Facts, str], Capacity]
+    # "module.Class" whose `from_config(config)` builds this mode's runner in
+    # every server process; None for a mode served by a handler of its own.
+    runner: str | None = None
+    # What the mode runs when it is not one of the lab's workloads (as its
+    # envelopes name it), and that thing's own query params.
+    workload: str | None = None
+    params: tuple[Param, ...] = ()
+
+    @property
+    def runs_workloads(self) -> bool:
+        """Served at /{mode}[/{workload}] with the workload's params."""
+        return self.workload is None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "why": self.why,
+            "runs_on": self.runs_on,
+            "runs_workloads": self.runs_workloads,
+            "workload": self.workload,
+            "params": [param.describe() for param in self.params],
+        }
+
+
+class RunnerFactory(Protocol):
+    def from_config(self, config: Config) -> Runner: ...
+
+
+# ---------- the parallel capacity of each mode ----------
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}es" if word.endswith("s") else f"{count} {word}s"
+
+
+def cores(facts: Facts) -> int:
+    return int(facts["cpu_count"])
+
+
+def processes(facts: Facts) -> int:
+    return int(facts.get("processes", 1))
+
+
+def releases_gil(facts: Facts, workload: str) -> bool:
+    return bool(facts.get("releases_gil", {}).get(workload, False))
+
+
+def waits(facts: Facts, workload: str) -> bool:
+    """The workload waits instead of computing: it needs a free thread, not a core."""
+    return bool(facts.get("waits", {}).get(workload, False))
+
+
+def on_cores(total: int, facts: Facts, workload: str) -> int:
+    """Runs that can progress at once on this machine: computing work is capped by its cores."""
+    return total if waits(facts, workload) else min(total, cores(facts))
+
+
+def _each_process(facts: Facts) -> str:
+    count = processes(facts)
+    return "" if count == 1 else f" in each of {count} server processes"
+
+
+def _blocking(facts: Facts, workload: str) -> Capacity:
+    return Capacity(
+        on_cores(processes(facts), facts, workload), f"the event loop runs one request at a time{_each_process(facts)}"
+    )
+
+
+def _threading(facts: Facts, workload: str) -> Capacity:
+    pool = int(facts["thread_pool"])
+    if not releases_gil(facts, workload):
+        return Capacity(
+            on_cores(processes(facts), facts, workload),
+            f"{workload} holds the GIL, so however many threads there are, it runs one request at a time"
+            + _each_process(facts),
+        )
+    lanes = on_cores(processes(facts) * pool, facts, workload)
+    limits = _plural(pool, "thread") + ("" if waits(facts, workload) else f", {_plural(cores(facts), 'core')}")
+    return Capacity(lanes, f"{workload} releases the GIL, so {_plural(lanes, 'request')} can run at once ({limits})")
+
+
+def _processing(facts: Facts, workload: str) -> Capacity:
+    lanes = on_cores(processes(facts) * int(facts["process_pool"]), facts, workload)
+    if waits(facts, workload):
+        return Capacity(lanes, f"{_plural(lanes, 'worker process')} can wait at once")
+    return Capacity(lanes, f"{_plural(lanes, 'worker process')} can compute at once on {_plural(cores(facts), 'core')}")
+
+
+def _awaiting(facts: Facts, workload: str) -> Capacity:
+    return Capacity(None, "every call waits at the upstream at the same time, so about one wait")
+
+
+ASYNC_PARAMS: tuple[Param, ...] = (
+    FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
+    IntParam("fanout", 1, 1, 50, "concurrent upstream calls awaited together"),
+)
+
+MODES: dict[str, Mode] = {
+    mode.name: mode
+    for mode in (
+        Mode(
+            "blocking",
+            "runs the work on the event loop itself: requests are served one after another, "
+            "and not even /ping is answered meanwhile.",
+            "event loop",
+            _blocking,
+            runner="lab.runners.BlockingRunner",
+        ),
+        Mode(
+            "threading",
+            "hands it to a pool of threads. The loop stays free, but pure-Python code holds the GIL: "
+            "only one thread computes at a time.",
+            "threads",
+            _threading,
+            runner="lab.runners.ThreadRunner",
+        ),
+        Mode(
+            "processing",
+            "hands it to a pool of worker processes, each with its own interpreter and its own GIL, "
+            "so CPU work runs on every core.",
+            "processes",
+            _processing,
+            runner="lab.runners.ProcessRunner",
+        ),
+        Mode(
+            "async",
+            "awaits a slow upstream: one thread waits for many calls at once. Great for waiting, "
+            "no help for computing.",
+            "upstream",
+            _awaiting,
+            workload="upstream",
+            params=ASYNC_PARAMS,
+        ),
+    )
+}
+
+
+def build_runners(config: Config) -> dict[str, Runner]:
+    """A fresh runner for every mode that has one (per server process, after any fork)."""
+    runners: dict[str, Runner] = {}
+    for mode in MODES.values():
+        if mode.runner is not None:
+            module, _, name = mode.runner.rpartition(".")
+            factory = cast(RunnerFactory, getattr(importlib.import_module(module), name))
+            runners[mode.name] = factory.from_config(config)
+    return runners

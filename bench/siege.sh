@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 10-concurrent-requests experiment with siege, one command (SPEC.md "Bench", README "Bench").
+# The 10-concurrent-requests experiment with siege, one command (README "Bench").
 # Bash starts, drives and stops things; bench/siege_steps.py does the waiting, timing and arithmetic.
 set -euo pipefail
 
@@ -7,8 +7,9 @@ usage() {
     cat <<'EOF'
 usage: bench/siege.sh [options]
 
-Fire `siege -c 10 -r 1` at /blocking, /threading, /processing, /async and at a
-forked server's /threading, then print one table: elapsed (the makespan),
+Fire `siege -c 10 -r 1` at every mode the server serves (/blocking, /threading,
+/processing, /async: its /modes) and at a forked server's /threading, then
+print one table: elapsed (the makespan),
 mean/shortest/longest response, transactions, failures, the ideal makespan
 for this machine and ratio = elapsed / ideal.
 
@@ -21,7 +22,7 @@ The single-run time t behind the ideal is the median of solo requests timed
 just before and just after each siege run.
 
 options:
-  --url BASE          bench a server that is already running (its four mode routes)
+  --url BASE          bench a server that is already running (every mode it lists at /modes)
   --forked-url BASE   with --url: also bench this server's /threading as forked-threading
   -c, --concurrent N  simultaneous siege users (default: 10)
   -r, --reps N        requests per user (default: 1)
@@ -225,7 +226,10 @@ bench_endpoint() {  # NAME BASE MODE
     step solo-after --name "$name" --dir "$OUT" --solo-runs "$SOLO_RUNS"
 }
 
-for mode in blocking threading processing async; do
+# Every mode the server serves (its /modes: the registry in lab/modes.py), in its order.
+step modes --base "$URL" >"$OUT/.step"
+mapfile -t MODES <"$OUT/.step"
+for mode in "${MODES[@]}"; do
     bench_endpoint "$mode" "$URL" "$mode"
 done
 if [[ -n $FORKED_URL ]]; then

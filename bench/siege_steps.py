@@ -1,12 +1,13 @@
 """The steps bench/siege.sh hands to Python: wait for a server, warm up and time solo runs, parse siege, report.
 
     python -m bench.siege_steps ready   --log FILE --pid PID          prints the server's base URL
+    python -m bench.siege_steps modes   --base URL                    prints the server's modes, one per line
     python -m bench.siege_steps prepare --base URL --name N --mode M --dir D   writes D/N.plan.json, prints the URL
     python -m bench.siege_steps solo-after --name N --dir D          more solo runs, after siege
     python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
     python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
 
-The ideal comes from bench.race (one implementation of SPEC.md's formulas).
+The ideal comes from bench/ideal.py (one implementation, from the modes' capacity in lab/modes.py).
 """
 
 from __future__ import annotations
@@ -23,19 +24,12 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.race import (
-    get,
-    ideal_makespan,
-    lanes,
-    mode_url,
-    param_pair,
-    server_facts,
-    solo_samples,
-    warm_up,
-    with_tag,
-)
+from bench.args import param_pair
+from bench.engine import get, mode_url, server_facts, solo_samples, warm_up, with_tag
+from bench.ideal import ideal_makespan, lanes
 from bench.servers import ServerError, wait_ready
 from bench.summary import machine_facts, markdown_table, median, ratio, text_table
+from lab.modes import MODES
 
 TIMEOUT_S = 600.0
 SIEGE_KEYS = ("transactions", "elapsed_time", "response_time", "shortest_transaction", "longest_transaction")
@@ -99,7 +93,7 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "solo_after_s": [round(s, 4) for s in plan.get("solo_after_s", [])],
         "cores": int(server["cpu_count"]),
         "processes": int(server["processes"]),
-        "lanes": None if plan["mode"] == "async" else lanes(plan["mode"], plan["workload"], server),
+        "lanes": lanes(plan["mode"], plan["workload"], server),
         "siege": {k: siege[k] for k in sorted(siege)},
     }
 
@@ -107,15 +101,16 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
 def prepare(args: argparse.Namespace) -> int:
     """Check and warm the endpoint up, time solo runs, record what the report needs for the ideal."""
     base = args.base.rstrip("/")
-    params = dict(args.param) if args.mode != "async" else {}
-    if args.mode == "async" and args.delay:
+    runs_workloads = MODES[args.mode].runs_workloads
+    params = dict(args.param) if runs_workloads else {}
+    if not runs_workloads and args.delay:
         params["delay"] = args.delay
     url = mode_url(base, args.mode, args.workload or None, params)
     server = server_facts(base, args.timeout)
     status, body, _, _ = get(with_tag(url, "check"), args.timeout)
     if status != 200 or not isinstance(body, dict):
         raise StepError(f"{url} answered {status}: {json.dumps(body)[:300]}")
-    if args.mode != "async" and args.warmup > 0:  # waiting needs no warming
+    if runs_workloads and args.warmup > 0:  # waiting for the upstream needs no warming
         warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
     samples, body = solo_samples(url, args.solo_runs, args.timeout)
     plan = {
@@ -187,7 +182,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"# siege -c {args.concurrency} -r {args.reps}, {time.strftime('%Y-%m-%d %H:%M')}",
             "",
             f"{first['cores']} cores. Times in seconds; `ideal` is the best makespan possible on this machine "
-            "for each endpoint (SPEC.md's formulas; t is the median of solo requests before and after siege); "
+            "for each endpoint (bench/ideal.py; t is the median of solo requests before and after siege); "
             "`ratio` = elapsed / ideal.",
             "",
             markdown_table(rows),
@@ -245,6 +240,16 @@ def ready(args: argparse.Namespace) -> int:
     return 0
 
 
+def modes(args: argparse.Namespace) -> int:
+    """The modes the server at --base serves (its /modes, the registry), one per line, in order."""
+    status, body, _, _ = get(f"{args.base.rstrip('/')}/modes", args.timeout)
+    if status != 200 or not isinstance(body, list):
+        raise StepError(f"{args.base}/modes answered {status}: is this a lab server?")
+    for mode in body:
+        print(mode["name"])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.siege_steps",
@@ -259,10 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument("--timeout", type=float, default=180.0)
     step.set_defaults(run=ready)
 
+    step = steps.add_parser("modes", help="print the modes a server serves, one per line")
+    step.add_argument("--base", required=True, help="server base URL")
+    step.add_argument("--timeout", type=float, default=30.0)
+    step.set_defaults(run=modes)
+
     step = steps.add_parser("prepare", help="warm up one endpoint and time solo requests")
     step.add_argument("--base", required=True, help="server base URL")
     step.add_argument("--name", required=True, help="endpoint name in the table and file names")
-    step.add_argument("--mode", required=True, choices=("blocking", "threading", "processing", "async"))
+    step.add_argument("--mode", required=True, choices=list(MODES))
     step.add_argument("--workload", default="", help="workload (default: the route's own)")
     step.add_argument("-p", "--param", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
     step.add_argument("--delay", default="", help="/async upstream delay in seconds")

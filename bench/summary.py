@@ -23,7 +23,7 @@ from lab.config import cpu_count
 
 RESULTS = ROOT / "bench" / "results"
 
-# summary.json rows carry exactly these keys (SPEC.md, "Bench"); extras may follow.
+# summary.json rows carry these keys first (README, "Bench"); extras may follow.
 ROW_KEYS = ("endpoint", "elapsed_s", "mean_s", "shortest_s", "longest_s", "transactions", "failed", "ideal_s", "ratio")
 
 

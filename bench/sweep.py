@@ -34,7 +34,8 @@ if __package__ in (None, ""):  # run as `python bench/sweep.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import charts
-from bench.race import Event, param_pair, percentile, race, stop_on_sigterm
+from bench.args import param_pair, stop_on_sigterm
+from bench.engine import Event, percentile, race
 from bench.servers import LocalServer
 from bench.summary import Column, machine_facts, new_results_dir, text_table
 

@@ -1,4 +1,4 @@
-"""Bench arithmetic with known numbers: the ideal (SPEC.md's formulas), siege parsing, summary rows, tables."""
+"""Bench arithmetic with known numbers: the ideal (bench/ideal.py), siege parsing, summary rows, tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from bench.race import ideal_makespan, lanes, mode_url, percentile
+from bench.engine import mode_url, percentile
+from bench.ideal import ideal_makespan, lanes
 from bench.siege_steps import StepError, parse_siege, summary_row
 from bench.summary import ROW_KEYS, markdown_table, median, new_results_dir, ratio, text_table
 
@@ -19,6 +20,7 @@ def facts(cores: int = 2, processes: int = 1, thread_pool: int = 6, process_pool
         "thread_pool": thread_pool,
         "process_pool": process_pool,
         "releases_gil": {"count": False, "fib": False, "matmul": True, "sleep": True},
+        "waits": {"count": False, "fib": False, "matmul": False, "sleep": True},
     }
 
 

@@ -1,0 +1,65 @@
+"""The ideal makespan of a race: the best elapsed time a server allows, from its modes' capacity (lab/modes.py).
+
+With `lanes` runs making progress at once and one run taking `t` alone, N
+simultaneous requests need ceil(N / lanes) rounds of `t`: 10·t for blocking
+and GIL-holding threading, ceil(10/C)·t for processing and forked servers on
+C cores, ceil(10/min(C, pool))·t for GIL-releasing work in threading, and
+about one wait for async. This is the one implementation: the bench tools
+and the lab page (which receives these numbers in the race's events) use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lab.modes import MODES, Capacity, Facts
+
+
+def capacity(mode: str, workload: str, server: Facts) -> Capacity:
+    """The mode's capacity on this server for this workload (KeyError for an unknown mode)."""
+    return MODES[mode].capacity(server, workload)
+
+
+def lanes(mode: str, workload: str, server: Facts) -> int | None:
+    """How many runs can make progress at once; None when every request only waits (async)."""
+    return capacity(mode, workload, server).lanes
+
+
+def rounds(lanes: int | None, concurrency: int, reps: int = 1) -> int:
+    """Turns the busiest lane takes: every run of every client, and no client faster than its own `reps`."""
+    if lanes is None:
+        return reps  # every call waits at the upstream together
+    return max(reps, math.ceil(concurrency * reps / lanes))
+
+
+def ideal_makespan(mode: str, workload: str, server: Facts, solo_s: float, concurrency: int, *, reps: int = 1) -> float:
+    """The best possible elapsed time for `concurrency` simultaneous runs of `solo_s` each.
+
+    With `reps` > 1 each of the `concurrency` clients sends its requests one
+    after another (siege -r): the work is concurrency x reps runs, and no
+    client can finish in fewer than `reps` rounds.
+    """
+    return rounds(lanes(mode, workload, server), concurrency, reps) * solo_s
+
+
+def seconds(value: float) -> str:
+    """A duration as the page shows it: 45 ms, 0.39 s, 12.3 s."""
+    if value < 0.1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def ideal_words(mode: str, workload: str, server: Facts, solo_s: float, concurrency: int, *, reps: int = 1) -> str:
+    """The ideal in plain words, as the page shows it below the timeline.
+
+    For example: 'the event loop runs one request at a time: 10 (times) 0.39 s', or
+    '2 worker processes can compute at once on 2 cores: 5 rounds of 0.39 s'.
+    """
+    able = capacity(mode, workload, server)
+    turns = rounds(able.lanes, concurrency, reps)
+    t = seconds(solo_s)
+    if able.lanes is None:
+        return f"{able.because}, {t}." if turns == 1 else f"{able.because}, {turns} × {t}."
+    if able.lanes == 1:
+        return f"{able.because}: {turns} × {t}."
+    return f"{able.because}: {turns} round{'s' if turns != 1 else ''} of {t}."

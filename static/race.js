@@ -1,0 +1,73 @@
+// The race client: asks the server for one race over the /race WebSocket and folds its events into
+// the race's state. The page never times anything itself: every number is in the events.
+
+export function newRace(request) {
+  return {
+    request, phase: "connecting", solo: null, server: null, responses: [], pings: [],
+    summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
+  };
+}
+
+// Fold one event into the race; false for an event this page does not know.
+function apply(race, event) {
+  switch (event.event) {
+    case "start":
+      race.phase = "solo";
+      return true;
+    case "race":
+      race.phase = "racing";
+      race.solo = event.solo_s;
+      race.server = event.server;
+      return true;
+    case "response":
+      race.responses.push(event);
+      return true;
+    case "ping":
+      race.pings.push(event);
+      return true;
+    case "done":
+      race.phase = "done";
+      race.summary = event.summary;
+      return true;
+    case "error":
+      race.phase = "failed";
+      race.error = event.message;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Run one race. `onChange(race, event)` runs after every event (event null: nothing new, a tick
+// while the server is quiet). Returns {race, stop, finished}: `finished` resolves with the race
+// once the server closes the connection; `stop()` closes it first, which kills the load generator.
+export function startRace(request, onChange) {
+  const race = newRace(request);
+  let stopped = false;
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const socket = new WebSocket(`${scheme}//${location.host}/race`);
+  const finished = new Promise((resolve) => {
+    const quiet = setInterval(() => onChange(race, null), 250);
+    socket.addEventListener("open", () => socket.send(JSON.stringify(request)));
+    socket.addEventListener("message", (message) => {
+      race.lastEventAt = performance.now();
+      const event = JSON.parse(message.data);
+      if (apply(race, event)) onChange(race, event);
+    });
+    socket.addEventListener("close", () => {
+      clearInterval(quiet);
+      if (race.phase !== "done" && race.phase !== "failed") {
+        race.phase = "failed";
+        race.error = stopped ? "Stopped: the load generator was killed."
+          : "The connection to the server closed before the race ended.";
+      }
+      onChange(race, null);
+      resolve(race);
+    });
+  });
+  const stop = () => {
+    stopped = true;
+    socket.close();
+  };
+  return { race, stop, finished };
+}

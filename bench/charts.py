@@ -253,3 +253,31 @@ def heatmaps(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
+    """bench.scale's two panels against concurrency (log axes): makespan with its ideal, and memory per request."""
+    plt = _pyplot()
+    fig, (times, memory) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
+    markers = "osD^v<>"
+    for number, name in enumerate(dict.fromkeys(p["series"] for p in points)):
+        rows = sorted((p for p in points if p["series"] == name), key=lambda p: p["concurrency"])
+        colour, marker = OKABE_ITO[number % len(OKABE_ITO)], markers[number % len(markers)]
+        levels = [p["concurrency"] for p in rows]
+        times.plot(levels, [p["elapsed_s"] for p in rows], marker=marker, color=colour, label=name)
+        times.plot(levels, [p["ideal_s"] for p in rows], linestyle="--", color=colour, linewidth=0.8)
+        memory.plot(levels, [max(p["kb_per_request"], 0.1) for p in rows], marker=marker, color=colour, label=name)
+    for ax in (times, memory):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent requests")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    seconds = points[0]["seconds"] if points else 0
+    times.set_ylabel("makespan, s (dashed: ideal)")
+    times.set_title(f"every request waits {seconds:g} s", fontsize=10)
+    memory.set_ylabel("memory per waiting request, KB")
+    memory.set_title("server tree's peak RSS above its idle RSS, per request", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -84,6 +85,8 @@ class Summary:
     lanes: int | None
     worker_pids: list[int] = field(default_factory=list)
     server_pids: list[int] = field(default_factory=list)
+    # Answered requests per server process (pid as text, JSON's keys): how a forked server spread them.
+    spread: dict[str, int] = field(default_factory=dict)
     ping_count: int = 0
     ping_p50_ms: float | None = None
     ping_p99_ms: float | None = None
@@ -98,6 +101,11 @@ class Summary:
     reps: int = 1
     # The ideal in plain words (bench/ideal.py), for the page's summary.
     ideal_words: str = ""
+
+
+def spread_of(pids: Sequence[int]) -> dict[str, int]:
+    """How many requests each server process answered, the busiest first."""
+    return {str(pid): count for pid, count in Counter(pids).most_common()}
 
 
 def ran(mode: str, workload: str) -> str:
@@ -371,6 +379,7 @@ def summarise(
         ideal_words=ideal_words(mode, name, server, solo_s, concurrency, reps=reps),
         worker_pids=sorted({r.body["worker"]["pid"] for r in ok if isinstance(r.body, dict)}),
         server_pids=sorted({r.body["server"]["pid"] for r in ok if isinstance(r.body, dict)}),
+        spread=spread_of([r.body["server"]["pid"] for r in ok if isinstance(r.body, dict)]),
         ping_count=len(pings),
         ping_p50_ms=percentile(ping_ms, 0.5),
         ping_p99_ms=percentile(ping_ms, 0.99),

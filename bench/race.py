@@ -34,7 +34,7 @@ from bench import charts
 from bench.args import param_pair, stop_on_sigterm
 from bench.engine import Event, race
 from bench.servers import LocalServer
-from bench.summary import COLUMNS, PING_COLUMNS, new_results_dir, text_table
+from bench.summary import COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
 from lab.modes import MODES
 
 
@@ -208,7 +208,7 @@ def report(args: argparse.Namespace, base: str, results: list[dict[str, Any]]) -
     """The table, and the files with their paths (on stderr with --jsonl: stdout carries JSON lines only)."""
     out = sys.stderr if args.jsonl else sys.stdout
     summaries = [{"endpoint": r["summary"].mode, **asdict(r["summary"])} for r in results]
-    print(text_table(summaries, COLUMNS + PING_COLUMNS), file=out)
+    print(text_table(summaries, (*COLUMNS, SPREAD_COLUMN, *PING_COLUMNS)), file=out)
     if not args.no_files:
         for path in write_files(args.out or new_results_dir("race-"), base, results):
             print(f"wrote {path}", file=out)

@@ -8,10 +8,11 @@ usage() {
 usage: bench/siege.sh [options]
 
 Fire `siege -c 10 -r 1` at every mode the server serves (/blocking, /threading,
-/processing, /async: its /modes) and at a forked server's /threading, then
-print one table: elapsed (the makespan),
+/processing, /async: its /modes) and at a forked server's /blocking and
+/threading, then print one table: elapsed (the makespan),
 mean/shortest/longest response, transactions, failures, the ideal makespan
-for this machine and ratio = elapsed / ideal.
+for this machine, ratio = elapsed / ideal, and the spread: how many requests
+each server process answered (from its /stats before and after).
 
 Without --url it starts its own servers on free loopback ports (server.py
 --port 0, one single-process and one --processes 0) and stops them and
@@ -23,7 +24,8 @@ just before and just after each siege run.
 
 options:
   --url BASE          bench a server that is already running (every mode it lists at /modes)
-  --forked-url BASE   with --url: also bench this server's /threading as forked-threading
+  --forked-url BASE   with --url: also bench this server's /blocking and /threading as
+                      forked-blocking and forked-threading
   -c, --concurrent N  simultaneous siege users (default: 10)
   -r, --reps N        requests per user (default: 1)
   -w, --workload W    workload behind /blocking, /threading, /processing
@@ -233,6 +235,8 @@ for mode in "${MODES[@]}"; do
     bench_endpoint "$mode" "$URL" "$mode"
 done
 if [[ -n $FORKED_URL ]]; then
+    # The forked server's own lesson: how its children share the burst (the spread column).
+    bench_endpoint forked-blocking "$FORKED_URL" blocking
     bench_endpoint forked-threading "$FORKED_URL" threading
 fi
 rm -f "$OUT/.step"

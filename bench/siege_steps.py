@@ -28,10 +28,12 @@ from bench.args import param_pair
 from bench.engine import get, mode_url, server_facts, solo_samples, warm_up, with_tag
 from bench.ideal import ideal_makespan, lanes
 from bench.servers import ServerError, wait_ready
-from bench.summary import machine_facts, markdown_table, median, ratio, text_table
+from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
 from lab.modes import MODES
 
 TIMEOUT_S = 600.0
+# siege's numbers and the ideal, then how the requests spread over server processes.
+TABLE = (*COLUMNS, SPREAD_COLUMN)
 SIEGE_KEYS = ("transactions", "elapsed_time", "response_time", "shortest_transaction", "longest_transaction")
 
 
@@ -94,6 +96,7 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "cores": int(server["cpu_count"]),
         "processes": int(server["processes"]),
         "lanes": lanes(plan["mode"], plan["workload"], server),
+        "spread": siege_spread(plan),
         "siege": {k: siege[k] for k in sorted(siege)},
     }
 
@@ -113,6 +116,7 @@ def prepare(args: argparse.Namespace) -> int:
     if runs_workloads and args.warmup > 0:  # waiting for the upstream needs no warming
         warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
     samples, body = solo_samples(url, args.solo_runs, args.timeout)
+    counts = served_by_process(base, args.mode, args.timeout)
     plan = {
         "name": args.name,
         "base": base,
@@ -127,6 +131,8 @@ def prepare(args: argparse.Namespace) -> int:
         "solo_samples_s": samples,
         "solo_s": median(samples),
         "prepared_at": time.time(),
+        # Requests of this mode each server process had answered before siege (its spread is the difference).
+        "served_before": counts,
     }
     _save(args.dir, plan)
     print(url)
@@ -142,12 +148,28 @@ def solo_after(args: argparse.Namespace) -> int:
     """
     path = args.dir / f"{args.name}.plan.json"
     plan = json.loads(path.read_text())
+    plan["served_after"] = served_by_process(plan["base"], plan["mode"], args.timeout)
     after, _ = solo_samples(plan["url"], args.solo_runs, args.timeout)
     plan["solo_after_s"] = after
     plan["solo_samples_s"] = plan["solo_before_s"] + after
     plan["solo_s"] = median(plan["solo_samples_s"])
     _save(args.dir, plan)
     return 0
+
+
+def served_by_process(base: str, mode: str, timeout: float) -> dict[str, int]:
+    """Requests of `mode` each server process has answered so far (pid -> count), from /stats."""
+    status, body, _, _ = get(f"{base}/stats", timeout)
+    if status != 200 or not isinstance(body, dict):
+        raise StepError(f"{base}/stats answered {status}")
+    return {str(p["pid"]): int(p["requests"].get(mode, {}).get("count", 0)) for p in body["processes"]}
+
+
+def siege_spread(plan: dict[str, Any]) -> dict[str, int]:
+    """The siege run's requests per server process: what each answered between before and after."""
+    before, after = plan.get("served_before", {}), plan.get("served_after", {})
+    spread = {pid: count - before.get(pid, 0) for pid, count in after.items()}
+    return dict(sorted(((pid, n) for pid, n in spread.items() if n > 0), key=lambda item: -item[1]))
 
 
 def _save(folder: Path, plan: dict[str, Any]) -> None:
@@ -171,7 +193,7 @@ def report(args: argparse.Namespace) -> int:
         rows.append(summary_row(plan, parse_siege(raw.read_text(errors="replace")), args.concurrency, args.reps))
     (args.dir / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.dir / "summary.md").write_text(_markdown(rows, args))
-    print(text_table(rows))
+    print(text_table(rows, TABLE))
     return 0
 
 
@@ -185,7 +207,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "for each endpoint (bench/ideal.py; t is the median of solo requests before and after siege); "
             "`ratio` = elapsed / ideal.",
             "",
-            markdown_table(rows),
+            markdown_table(rows, TABLE),
             "",
             "| endpoint | URL | workload | solo s (t) | lanes | server processes |",
             "|:---|:---|:---|---:|---:|---:|",

@@ -41,6 +41,8 @@ class Column:
             return "-"
         if isinstance(value, str):
             return value
+        if isinstance(value, dict):  # a spread, {pid: requests}: "5/5"
+            return "/".join(str(count) for count in sorted(value.values(), reverse=True)) or "-"
         return self.fmt.format(value)
 
 
@@ -55,6 +57,9 @@ COLUMNS = (
     Column("ideal_s", "ideal s"),
     Column("ratio", "ratio"),
 )
+
+# How the requests spread over server processes (forked servers): "6/4".
+SPREAD_COLUMN = Column("spread", "spread", "{}")
 
 PING_COLUMNS = (
     Column("ping_p50_ms", "ping p50 ms", "{:.1f}"),

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
 
-from tornado.httpclient import HTTPClientError
-from tornado.simple_httpclient import HTTPTimeoutError
-
 from handlers.base import LabHandler
 from handlers.envelope import envelope
-from lab.errors import LabError
 from lab.modes import ASYNC_PARAMS
 from workloads.params import parse_params
 
@@ -22,6 +17,7 @@ class AsyncHandler(LabHandler):
 
     async def get(self) -> None:
         params = self.params(lambda query: parse_params("async", ASYNC_PARAMS, query))
+        self.claim("async", "upstream")  # waiting takes none of the process: accept more
         started = time.time()
         replies = await self.until_disconnect(self._fan_out(params["delay"], params["fanout"]))
         finished = time.time()
@@ -44,36 +40,14 @@ class AsyncHandler(LabHandler):
         )
 
     async def _fan_out(self, delay: float, fanout: int) -> list[dict[str, Any]]:
-        calls = [asyncio.ensure_future(self._call(delay)) for _ in range(fanout)]
+        upstream = self.services.upstream
+        calls = [asyncio.ensure_future(upstream.delay(delay)) for _ in range(fanout)]
         try:
             return await asyncio.gather(*calls)
         except BaseException:
             for call in calls:  # one failed or we were cancelled: the rest are unwanted
                 call.cancel()
             raise
-
-    async def _call(self, delay: float) -> dict[str, Any]:
-        upstream, allowance = self.services.upstream_url, self.services.config.upstream_timeout
-        try:
-            # The delay is asked for, not a fault: the timeout is the silence beyond it.
-            reply = await self.services.http.fetch(
-                f"{upstream}/delay?seconds={delay!r}", request_timeout=delay + allowance
-            )
-        except HTTPTimeoutError:
-            raise LabError(
-                504, f"upstream {upstream} did not answer within {allowance:g} s (--upstream-timeout) of the delay"
-            ) from None
-        except HTTPClientError as error:
-            raise LabError(502, f"upstream {upstream} answered {error.code}") from None
-        except OSError as error:
-            raise LabError(502, f"upstream {upstream} unreachable: {error.strerror or error}") from None
-        try:
-            body = json.loads(reply.body)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise LabError(502, f"upstream {upstream} answered something that is not a JSON object")
-        return body
 
 
 routes = [(r"/async/?", AsyncHandler)]

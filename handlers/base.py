@@ -74,8 +74,16 @@ class LabHandler(JsonHandler):
         except ParamError as error:
             raise LabError(400, error.message) from None
 
+    def claim(self, mode: str, workload: str) -> None:
+        """This request's share of its process, now that its mode and workload are known (lab/accept.py)."""
+        stream = self.request.connection.stream  # type: ignore[union-attr]
+        self.services.occupancy.move(stream, self, self.services.share(mode, workload))
+
     def finished(self, status: int, seconds: float) -> None:
         """The request is over (called by the app's log function)."""
+        occupancy = self.services.occupancy
+        occupancy.release(self)
+        occupancy.release(self.request.connection.stream)  # type: ignore[union-attr]
         if self._counted:
             self._counted = False
             self.services.request_finished(self.stats_mode, status, seconds)

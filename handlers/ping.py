@@ -1,4 +1,4 @@
-"""GET /ping: the responsiveness probe (as little work as a request can be)."""
+"""GET /ping: the responsiveness probe (as little work as a request can be); HEAD /ping for health checkers."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from handlers.base import LabHandler
 class PingHandler(LabHandler):
     def get(self) -> None:
         self.write({"pong": True, "pid": self.services.pid})
+
+    # Health checkers send HEAD: the same answer, and Tornado leaves out the body.
+    head = get
 
 
 routes = [(r"/ping", PingHandler)]

@@ -19,6 +19,7 @@ class RunHandler(LabHandler):
             shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
             raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
         params = self.params(workload.parse)
+        self.claim(mode, workload.name)
         work = runner.run(workload.name, params)
         # A blocking run happens inline, in this very call, so its response is
         # written before the loop takes the next request; inside a task, runs

@@ -10,7 +10,6 @@ import psutil
 from threadpoolctl import threadpool_info
 
 from handlers.base import LabHandler
-from lab.config import cpu_count
 from lab.stats import merge, summarise
 
 
@@ -63,15 +62,12 @@ class StatsHandler(LabHandler):
             {
                 "server": {
                     "answered_by": {"pid": services.pid, "task_id": services.task_id},
-                    "processes": config.process_count,
-                    "forked": config.forked,
-                    "cpu_count": cpu_count(),
-                    "thread_pool": config.thread_pool,
-                    "process_pool": config.process_pool,
+                    **services.facts(),
                     "max_pending": config.max_pending,
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,
-                    "upstream": services.upstream_url,
+                    "upstream": services.upstream.url,
+                    "upstream_client": services.upstream.kind,
                     "native_threads": native_threads(),
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},

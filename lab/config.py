@@ -8,6 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from lab.accept import POLICIES
+from lab.upstream_client import CLIENTS
+
 
 def cpu_count() -> int:
     """CPUs this process may run on (affinity-aware, unlike os.cpu_count)."""
@@ -41,6 +44,8 @@ class Config:
     job_timeout: float = DEFAULT_JOB_TIMEOUT
     upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
     grace: float = DEFAULT_GRACE
+    accept: str = "fair"
+    upstream_client: str = "pooled"
 
     @property
     def forked(self) -> bool:
@@ -129,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="base URL /async calls (GET URL/delay?seconds=X); default: start the embedded upstream",
     )
+    parser.add_argument(
+        "--accept",
+        choices=POLICIES,
+        default="fair",
+        help="how forked children share connections: fair = one at a time, only while a child has room "
+        "(even spread); all = Tornado's own, a child that wakes takes every waiting connection; reuseport = "
+        "a socket per child, the kernel hashes connections to them (default: %(default)s; no effect unforked)",
+    )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
     parser.add_argument(
         "--debug",
@@ -149,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="pool jobs running longer (from when a worker starts them) get 504; a stuck worker "
         "process is replaced (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--upstream-client",
+        choices=CLIENTS,
+        default="pooled",
+        help="/async's HTTP client: pooled = keep-alive connections reused across calls; simple = Tornado's "
+        "SimpleAsyncHTTPClient, a new connection per call, to compare with (default: %(default)s)",
     )
     parser.add_argument(
         "--upstream-timeout",
@@ -173,6 +193,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     if args.debug and args.processes != 1:
         parser.error("--debug needs --processes 1: autoreload cannot restart forked children")
+    if args.upstream_client == "pooled" and args.upstream and args.upstream.startswith("https:"):
+        parser.error("the pooled upstream client speaks plain HTTP: add --upstream-client simple for an https upstream")
     return Config(
         host=args.host,
         port=args.port,
@@ -186,4 +208,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         job_timeout=args.job_timeout,
         upstream_timeout=args.upstream_timeout,
         grace=args.grace,
+        accept=args.accept,
+        upstream_client=args.upstream_client,
     )

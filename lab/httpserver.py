@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterable
 from typing import Any
 
 from tornado.concurrent import Future
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
+
+from lab.accept import ACCEPT_GRACE_S, Occupancy
 
 # GET requests carry no body; a client sending one gets a 400 instead of
 # making the server buffer up to Tornado's default of 100 MB.
@@ -27,14 +32,64 @@ _JSON_400 = (
 )
 
 
-def make_http_server(app: Application) -> HTTPServer:
-    return LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
+def make_http_server(app: Application, fair: Occupancy | None = None) -> LabHTTPServer:
+    """The server for `app`; with `fair`, it accepts as lab/accept.py's fair policy says."""
+    server = LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
+    server.fair = fair
+    return server
 
 
 class LabHTTPServer(HTTPServer):
-    """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line."""
+    """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line.
+
+    With `fair` set it also accepts one connection per wake-up, and listens
+    only while this process has room (lab/accept.py).
+    """
+
+    fair: Occupancy | None = None
+    _listening = False
+
+    def add_sockets(self, sockets: Iterable[socket.socket]) -> None:
+        if self.fair is None:
+            super().add_sockets(sockets)
+            return
+        for sock in sockets:
+            self._sockets[sock.fileno()] = sock
+            # What stop() calls for each socket before closing it.
+            self._handlers[sock.fileno()] = self._listen_as_room_allows
+        self.fair.on_change = self._listen_as_room_allows
+        self._listen_as_room_allows()
+
+    def _listen_as_room_allows(self) -> None:
+        wanted = not self._stopped and self.fair is not None and not self.fair.full
+        if wanted == self._listening:
+            return
+        loop = IOLoop.current()
+        for sock in self._sockets.values():
+            if wanted:
+                loop.add_handler(sock, self._accept_one, IOLoop.READ)
+            else:
+                loop.remove_handler(sock)  # also drops a wake-up already queued for it
+        self._listening = wanted
+
+    def _accept_one(self, sock: socket.socket, events: int) -> None:
+        try:
+            connection, address = sock.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            return  # a sibling took it, or the client gave up while it waited
+        self._handle_connection(connection, address)  # -> handle_stream: holds a whole unit
+
+    def on_close(self, server_conn: object) -> None:
+        if self.fair is not None:
+            self.fair.release(server_conn.stream)  # type: ignore[attr-defined]
+        super().on_close(server_conn)
 
     def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
+        if self.fair is not None:
+            # Until its request says what it needs, a new connection might be a
+            # blocking run: it fills this process, for ACCEPT_GRACE_S at most.
+            self.fair.hold(stream, 1.0)
+            IOLoop.current().call_later(ACCEPT_GRACE_S, self.fair.release, stream)
         # Tornado writes the bare 400 from deep inside HTTP1Connection, which
         # offers no hook; swapping those exact bytes on this one stream is the
         # smallest change that keeps every error in the lab's JSON shape.

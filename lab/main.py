@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import resource
@@ -28,15 +29,14 @@ from tornado.process import fork_processes
 from tornado.web import Application
 
 from lab import logs
+from lab.accept import reserve_port
 from lab.config import Config, parse_args
 from lab.httpserver import make_http_server
-from lab.procs import EmbeddedUpstream, watch_parent
+from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, watch_parent
 from lab.services import Services
 from lab.stats import Board
 
 log = logging.getLogger("lab.server")
-
-LISTEN_BACKLOG = 1024
 
 
 def raise_fd_limit(wanted: int = 65536) -> None:
@@ -122,9 +122,14 @@ async def serve(
         log.info("stopped during start-up")
         return True
     services = starting.result()
+    # Everything built so far (numpy, scikit-learn, the app) lives as long as
+    # the process: out of the collector's sight, a full collection no longer
+    # walks it, and a burst of requests pays for its own garbage only.
+    gc.freeze()
     if config.debug:
         autoreload.add_reload_hook(lambda: services.close(wait=False))
-    server = make_http_server(make_app(config, services))
+    fair = services.occupancy if config.forked and config.accept == "fair" else None
+    server = make_http_server(make_app(config, services), fair=fair)
     server.add_sockets(sockets)
 
     await stop.wait()
@@ -156,10 +161,15 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     config = parse_args(argv)
     logs.configure()
     raise_fd_limit()
-    # A listen queue like uWSGI's: a burst of hundreds of connections waits in
-    # the kernel instead of being dropped (Tornado's default backlog is 128).
-    sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
-    port = sockets[0].getsockname()[1]
+    reuse_port = config.forked and config.accept == "reuseport"
+    if reuse_port:
+        # Each child binds a socket of its own after the fork; this one only
+        # keeps the port (it never listens, so no connection lands on it).
+        reservation = reserve_port(config.host, config.port)
+        sockets, port = [], reservation.getsockname()[1]
+    else:
+        sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
+        port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
     upstream = None if config.upstream else EmbeddedUpstream.start()
     upstream_url = upstream.url if upstream else config.upstream
@@ -168,11 +178,14 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         autoreload.add_reload_hook(upstream.stop)
     parent = os.getpid()
     base_url = _base_url(config.host, port)
-    log.info("serving on %s/ with %d process(es); Ctrl-C stops", base_url, config.process_count)
+    policy = f", accept policy {config.accept}" if config.forked else ""
+    log.info("serving on %s/ with %d process(es)%s; Ctrl-C stops", base_url, config.process_count, policy)
     try:
         task_id = None
         if config.forked:
             task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
+        if reuse_port:
+            sockets = bind_sockets(port, config.host, backlog=LISTEN_BACKLOG, reuse_port=True)
         finished = asyncio.run(
             serve(config, sockets, make_app, board=board, base_url=base_url, upstream_url=upstream_url, task_id=task_id)
         )

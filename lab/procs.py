@@ -15,6 +15,11 @@ from lab import ROOT, loopback
 
 log = logging.getLogger(__name__)
 
+# A listen queue like uWSGI's, for the server and its upstream alike: a burst
+# of hundreds of connections waits in the kernel instead of being dropped and
+# retried a second later (Linux's default, and Tornado's, is 128).
+LISTEN_BACKLOG = 1024
+
 
 def watch_parent(interval: float = 0.5) -> None:
     """Send ourselves SIGTERM when our parent dies, so no process is ever orphaned.
@@ -49,7 +54,7 @@ class EmbeddedUpstream:
 
     @classmethod
     def start(cls, host: str = "127.0.0.1", ready_timeout: float = 20.0) -> EmbeddedUpstream:
-        with socket.create_server((host, 0)) as sock:
+        with socket.create_server((host, 0), backlog=LISTEN_BACKLOG) as sock:
             port = sock.getsockname()[1]
             process = subprocess.Popen(
                 [sys.executable, "-m", "handlers.upstream", "--fd", str(sock.fileno())],

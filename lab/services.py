@@ -9,33 +9,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tornado.httpclient import AsyncHTTPClient
 from tornado.ioloop import PeriodicCallback
 
-from lab.config import Config
-from lab.modes import build_runners
+from lab.accept import Occupancy
+from lab.config import Config, cpu_count
+from lab.modes import MODES, build_runners
 from lab.runners import Runner
 from lab.stats import Board, RequestStats
+from lab.upstream_client import Upstream
+from workloads.registry import WORKLOADS
 
 log = logging.getLogger(__name__)
 
-# SimpleAsyncHTTPClient queues every request beyond max_clients (default 10)
-# inside the client, where it looks like a slow upstream. This is far above
-# fanout (<= 50) x hundreds of concurrent /async requests; an unused slot
-# costs nothing.
-MAX_HTTP_CLIENTS = 10_000
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
-
-
-def upstream_client(config: Config) -> AsyncHTTPClient:
-    """The HTTP client /async calls the upstream with (one per server process)."""
-    return AsyncHTTPClient(
-        force_instance=True,
-        max_clients=MAX_HTTP_CLIENTS,
-        # /async adds the requested delay to request_timeout per call.
-        defaults={"connect_timeout": config.upstream_timeout, "request_timeout": config.upstream_timeout},
-    )
 
 
 @dataclass
@@ -47,8 +34,7 @@ class Services:
     # race driver); never taken from a request's Host header.
     base_url: str
     runners: dict[str, Runner]
-    http: AsyncHTTPClient
-    upstream_url: str
+    upstream: Upstream  # what /async awaits
     task_id: int | None
     board: Board
     requests: RequestStats
@@ -61,6 +47,8 @@ class Services:
     # The lab page's race, if one runs (handlers/race.py): at most one.
     races: set[asyncio.Future[None]] = field(default_factory=set)
     stopping: bool = False
+    # What this process holds, for the fair accept policy (lab/accept.py).
+    occupancy: Occupancy = field(default_factory=Occupancy)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     _publisher: PeriodicCallback | None = None
 
@@ -79,15 +67,14 @@ class Services:
             for runner in runners.values():
                 runner.close(wait=False)
             raise
-        http = upstream_client(config)
+        upstream = Upstream(upstream_url, config.upstream_client, config.upstream_timeout)
         # A child replacing a dead one inherits its slot: its totals and a restart.
         previous = board.read(task_id or 0)
         services = cls(
             config=config,
             base_url=base_url,
             runners=runners,
-            http=http,
-            upstream_url=upstream_url,
+            upstream=upstream,
             task_id=task_id,
             board=board,
             requests=RequestStats(previous["requests"] if previous else None),
@@ -105,6 +92,28 @@ class Services:
             upstream_url,
         )
         return services
+
+    def facts(self) -> dict[str, Any]:
+        """This server as the ideal and /stats see it: cores, processes, pool sizes (lab/modes.py's Facts)."""
+        config = self.config
+        return {
+            "processes": config.process_count,
+            "forked": config.forked,
+            "cpu_count": cpu_count(),
+            "thread_pool": config.thread_pool,
+            "process_pool": config.process_pool,
+        }
+
+    def share(self, mode: str, workload: str) -> float:
+        """The part of this process one run takes: 1 / the lanes its mode has here for it; 0 if it only waits."""
+        facts = {
+            **self.facts(),
+            "processes": 1,
+            "releases_gil": {workload: WORKLOADS[workload].releases_gil} if workload in WORKLOADS else {},
+            "waits": {workload: WORKLOADS[workload].waits} if workload in WORKLOADS else {},
+        }
+        lanes = MODES[mode].capacity(facts, workload).lanes
+        return 0.0 if lanes is None else 1.0 / lanes
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -164,7 +173,7 @@ class Services:
             race.cancel()  # its cleanup kills the load generator
         if self._publisher is not None:
             self._publisher.stop()
-        self.http.close()
+        self.upstream.close()
         for runner in self.runners.values():
             runner.close(wait)
         self.publish()

@@ -60,7 +60,10 @@ function laneLabel(lane, narrow) {
   if (lane.key === "failed") return ["no answer", ""];
   const [pid, thread] = lane.key.split("|");
   const first = lane.rows[0].body;
-  if (thread === "MainThread" && first.server && String(first.server.pid) === pid) return ["event loop", `pid ${pid}`];
+  if (thread === "MainThread" && first.server && String(first.server.pid) === pid) {
+    // A server process's own loop: in a forked server, its count is that child's share of the race.
+    return ["event loop", `pid ${pid}, ${lane.rows.length} req.`];
+  }
   if (thread === "MainThread") return [narrow ? `pid ${pid}` : `worker pid ${pid}`, ""];
   return [threadLabel(thread), `pid ${pid}`];
 }

@@ -121,6 +121,13 @@ export function summaryParagraphs(race, catalog) {
     + `<strong>${sec(s.ideal_s)}</strong>: ${escape(s.ideal_words)} `
     + `This race took <strong>${ratioText(s.ratio)}</strong> the ideal. ${ratioWords(s.ratio)}`);
   p.push(whyWords(s, mode, server, workload, known));
+  const shares = Object.values(s.spread || {});
+  if (s.processes > 1 && shares.length) {
+    const even = shares.length === s.processes && Math.max(...shares) - Math.min(...shares) <= 1;
+    p.push(`The ${s.processes} server processes answered ${shares.join(" / ")} of the ${s.transactions} requests: `
+      + (even ? "an even spread." : "uneven: one child accepted more than its share, and its requests waited for it "
+        + "while another had room (see --accept in the README)."));
+  }
   if (s.ping_count) p.push(pingWords(s, mode, workload));
   if (s.failed) {
     const statuses = [...new Set(race.responses.filter((r) => r.status !== 200).map((r) => r.status))];

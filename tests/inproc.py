@@ -26,8 +26,9 @@ from lab.config import Config
 from lab.httpserver import make_http_server
 from lab.modes import build_runners
 from lab.runners import ProcessRunner
-from lab.services import Services, upstream_client
+from lab.services import Services
 from lab.stats import Board, RequestStats
+from lab.upstream_client import Upstream
 
 
 class InProcessLab:
@@ -65,8 +66,11 @@ class InProcessLab:
             config=self.config,
             base_url=self.url,
             runners=runners,
-            http=upstream_client(self.config),
-            upstream_url=f"http://127.0.0.1:{upstream_socket.getsockname()[1]}",
+            upstream=Upstream(
+                f"http://127.0.0.1:{upstream_socket.getsockname()[1]}",
+                self.config.upstream_client,
+                self.config.upstream_timeout,
+            ),
             task_id=None,
             board=Board(1),
             requests=RequestStats(),

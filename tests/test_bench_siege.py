@@ -46,6 +46,7 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 def assert_sane(row: dict[str, Any]) -> None:
     assert row["transactions"] == 10, row
     assert row["failed"] == 0, row
+    assert sum(row["spread"].values()) == 10, row  # every request, counted by the process that answered it
     assert row["ideal_s"] > 0 and row["ratio"] > 0, row
     assert 0 < row["shortest_s"] <= row["mean_s"] <= row["longest_s"] <= row["elapsed_s"] + 0.01, row
 
@@ -125,11 +126,12 @@ def test_own_servers_are_started_measured_and_all_stopped(siege: str, tmp_path: 
         assert len(run.sessions) >= 3  # siege.sh's own, and one per server (setsid)
         assert run.survivors() == []
     rows = read_results(out)
-    assert [r["endpoint"] for r in rows] == [*MODES, "forked-threading"]
+    assert [r["endpoint"] for r in rows] == [*MODES, "forked-blocking", "forked-threading"]
     for row in rows:
         assert_sane(row)
     forked = rows[-1]
     assert forked["processes"] == cpu_count() and forked["url"] != rows[0]["url"]
+    assert list(rows[0]["spread"].values()) == [10]  # the single-process server answered them all
     machine = assert_machine(out)
     assert any("--processes 0" in server["flags"] for server in machine["servers"].values())
     assert (out / "server-single.log").exists() and (out / "server-forked.log").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from tests.inproc import InProcessLab
 from tests.lab_server import LabServer, get
 from workloads.registry import WORKLOADS
 
@@ -54,3 +55,12 @@ def test_page_links_every_route(server: LabServer) -> None:
     links = set(re.findall(r'href="(/[a-z]*)', html))
     assert {"/ping", "/workloads", "/blocking", "/threading", "/processing", "/async", "/stats"} <= links
     assert "http://" not in html and "https://" not in html  # self-contained, nothing off-origin
+
+
+def test_head_ping_answers_like_get_without_a_body(app: InProcessLab) -> None:
+    # Health checkers (load balancers, uptime probes) send HEAD.
+    got = get(f"{app.url}/ping")
+    head = get(f"{app.url}/ping", method="HEAD")
+    assert head.status == 200 and head.body == b""
+    assert head.headers["Content-Type"] == got.headers["Content-Type"]
+    assert head.headers["Content-Length"] == str(len(got.body))

@@ -23,7 +23,8 @@ def test_defaults() -> None:
 def test_flags() -> None:
     argv = (
         "--host 0.0.0.0 --port 0 --processes 0 --thread-pool 3 --process-pool 5 --upstream http://127.0.0.1:9/ "
-        "--no-access-log --max-pending 7 --job-timeout 2.5 --upstream-timeout 1 --grace 3"
+        "--no-access-log --max-pending 7 --job-timeout 2.5 --upstream-timeout 1 --grace 3 --accept reuseport "
+        "--upstream-client simple"
     )
     config = parse_args(argv.split())
     assert config.processes == 0 and config.process_count == cpu_count() and config.forked
@@ -31,6 +32,7 @@ def test_flags() -> None:
     assert config.upstream == "http://127.0.0.1:9"
     assert (config.job_timeout, config.upstream_timeout, config.grace) == (2.5, 1.0, 3.0)
     assert not config.access_log
+    assert (config.accept, config.upstream_client) == ("reuseport", "simple")
 
 
 @pytest.mark.parametrize(
@@ -42,6 +44,8 @@ def test_flags() -> None:
         (["--upstream-timeout", "0"], "positive number of seconds"),
         (["--upstream", "ftp://x"], "is not an http(s)://host[:port] URL"),
         (["--debug", "--processes", "2"], "--debug needs --processes 1"),
+        (["--accept", "round-robin"], "invalid choice: 'round-robin'"),
+        (["--upstream", "https://x"], "add --upstream-client simple"),
     ],
 )
 def test_bad_flags_exit_2_with_a_reason(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,3 +43,13 @@ def test_1000_sequential_requests_leak_nothing(start_server: StartServer) -> Non
     assert after[0] <= before[0] + 2, f"open fds grew from {before[0]} to {after[0]}"
     assert after[1] == before[1], f"threads grew from {before[1]} to {after[1]}"
     assert "tornado.access" not in lab.log()  # --no-access-log
+
+
+def test_300_concurrent_async_requests_all_wait_at_the_upstream_together(server: LabServer) -> None:
+    # The pooled client opens a connection whenever none is idle: none of the
+    # calls may wait for another (a generous delay: 300 client threads take a
+    # while to start on a busy machine).
+    replies = get_many(copies(f"{server.url}/async?delay=3", 300))
+    assert [r.status for r in replies] == [200] * 300
+    calls = [r.json()["result"]["calls"][0] for r in replies]
+    assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 300

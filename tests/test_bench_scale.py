@@ -1,0 +1,30 @@
+"""bench/scale.py end to end on a tiny grid: every series holds its waits as its model allows, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.bench_helpers import Tracked, is_png
+
+
+def test_a_tiny_scale_run_measures_each_series_and_stops_every_server(tmp_path: Path) -> None:
+    out = tmp_path / "scale"
+    argv = [sys.executable, "-m", "bench.scale", "--levels", "6", "--seconds", "0.2", "--thread-pool", "2",
+            "--process-pool", "1", "--out", str(out)]  # fmt: skip
+    with Tracked(argv) as run:
+        stdout, stderr = run.communicate(timeout=240)
+        assert run.process.returncode == 0, stderr
+        assert run.survivors() == []
+    points = json.loads((out / "scale.json").read_text())["points"]
+    by = {(p["series"], p["concurrency"]): p for p in points}
+    assert set(by) == {(s, n) for s in ("async", "threads", "processes", "per-thread") for n in (6,)}
+    assert all(p["failed"] == 0 and p["ok"] == p["concurrency"] for p in points)
+    # Structure, not stopwatch: no series beats its own ideal, and the pools take the rounds they must.
+    assert all(p["elapsed_s"] >= p["ideal_s"] * 0.95 for p in points)
+    assert by[("threads", 6)]["ideal_s"] == 0.6 and by[("processes", 6)]["ideal_s"] == 1.2  # 6/2 and 6/1 rounds
+    assert by[("async", 6)]["ideal_s"] == by[("per-thread", 6)]["ideal_s"] == 0.2  # every wait at once
+    assert by[("per-thread", 6)]["peak_threads"] > by[("threads", 6)]["peak_threads"]
+    assert "6 waits of 0.2 s took:" in stdout
+    assert (out / "scale.md").exists() and is_png(out / "scale.png")

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
+# A request's end reaches the board at once, or, in a burst, within this long:
+# a thousand ends then cost a few hundred writes, not a thousand.
+PUBLISH_AFTER_REQUEST_S = 0.005
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Services:
     occupancy: Occupancy = field(default_factory=Occupancy)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     _publisher: PeriodicCallback | None = None
+    _published_at: float = 0.0
+    _publish_soon: asyncio.Handle | None = None
 
     def __post_init__(self) -> None:
         self._idle.set()  # no request in flight yet
@@ -128,7 +133,19 @@ class Services:
         }
 
     def publish(self) -> None:
+        self._published_at = time.monotonic()
+        if self._publish_soon is not None:
+            self._publish_soon.cancel()
+            self._publish_soon = None
         self.board.write(self.task_id or 0, self.snapshot())
+
+    def _publish_request(self) -> None:
+        """After a request: publish now, or, if that was just done, once the burst allows."""
+        wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
+        if wait <= 0:
+            self.publish()
+        elif self._publish_soon is None:
+            self._publish_soon = asyncio.get_running_loop().call_later(wait, self.publish)
 
     def request_started(self) -> None:
         self.active_requests += 1
@@ -141,7 +158,7 @@ class Services:
             self._idle.set()
         if mode is not None:
             self.requests.record(mode, status, seconds)
-            self.publish()  # at once, so /stats from any process counts this request
+            self._publish_request()  # so that /stats from any process counts this request
 
     async def requests_done(self) -> None:
         """Return once no request is in flight."""

@@ -109,10 +109,11 @@ def prepare(args: argparse.Namespace) -> int:
     if not runs_workloads and args.delay:
         params["delay"] = args.delay
     url = mode_url(base, args.mode, args.workload or None, params)
-    server = server_facts(base, args.timeout)
     status, body, _, _ = get(with_tag(url, "check"), args.timeout)
     if status != 200 or not isinstance(body, dict):
         raise StepError(f"{url} answered {status}: {json.dumps(body)[:300]}")
+    # After that first request: it may have started what the mode runs on (an embedded Dask cluster).
+    server = server_facts(base, args.timeout)
     if runs_workloads and args.warmup > 0:  # waiting for the upstream needs no warming
         warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
     samples, body = solo_samples(url, args.solo_runs, args.timeout)

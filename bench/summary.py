@@ -169,6 +169,7 @@ def machine_facts(native_threads: list[dict[str, Any]] | None, **extra: Any) -> 
             "scikit-learn": _version("scikit-learn"),
             "threadpoolctl": _version("threadpoolctl"),
             "psutil": _version("psutil"),
+            "distributed": _version("distributed"),
             "siege": siege_version(),
         },
         "native_threads": native_threads,

@@ -23,20 +23,25 @@ def envelope(
     received: float,
     started: float,
     finished: float,
+    worker_address: str | None = None,
 ) -> dict[str, Any]:
     """`server` handled the HTTP request; `worker` is where the work ran.
 
     `started`/`finished` come from the worker itself, so `queued_ms` is the
     real wait for a pool (or for the event loop) and `run_ms` the real run.
+    A cluster worker (distributed mode) also has an address.
     """
     responded = time.time()
+    worker: dict[str, Any] = {"pid": worker_pid, "thread": worker_thread}
+    if worker_address is not None:
+        worker["address"] = worker_address
     return {
         "mode": mode,
         "workload": workload,
         "params": params,
         "result": result,
         "server": {"pid": server_pid, "task_id": task_id},
-        "worker": {"pid": worker_pid, "thread": worker_thread},
+        "worker": worker,
         "timing": {
             "received": received,
             "started": started,

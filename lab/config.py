@@ -46,6 +46,8 @@ class Config:
     grace: float = DEFAULT_GRACE
     accept: str = "fair"
     upstream_client: str = "pooled"
+    dask_scheduler: str | None = None
+    dask_workers: int | None = None  # None: one per core, shared out among forked children
 
     @property
     def forked(self) -> bool:
@@ -84,6 +86,13 @@ def _url(text: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(f"{text!r} is not an http(s)://host[:port] URL")
+    return text.rstrip("/")
+
+
+def _scheduler(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Dask scheduler address like tcp://127.0.0.1:8786")
     return text.rstrip("/")
 
 
@@ -142,6 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(even spread); all = Tornado's own, a child that wakes takes every waiting connection; reuseport = "
         "a socket per child, the kernel hashes connections to them (default: %(default)s; no effect unforked)",
     )
+    parser.add_argument(
+        "--dask-scheduler",
+        type=_scheduler,
+        metavar="tcp://HOST:PORT",
+        help="/distributed runs on this running Dask cluster (see README, 'Past one machine'); default: an "
+        "embedded LocalCluster, started on the first /distributed request",
+    )
+    parser.add_argument(
+        "--dask-workers",
+        type=_count(1),
+        metavar="N",
+        help=f"worker processes (one thread each) of the embedded cluster, per server process (default: one per "
+        f"core, here {cores}, shared out among forked children)",
+    )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
     parser.add_argument(
         "--debug",
@@ -193,6 +216,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     args = parser.parse_args(argv)
     if args.debug and args.processes != 1:
         parser.error("--debug needs --processes 1: autoreload cannot restart forked children")
+    if args.dask_workers and args.dask_scheduler:
+        parser.error("--dask-workers sizes the embedded cluster; a --dask-scheduler cluster has its own workers")
     if args.upstream_client == "pooled" and args.upstream and args.upstream.startswith("https:"):
         parser.error("the pooled upstream client speaks plain HTTP: add --upstream-client simple for an https upstream")
     return Config(
@@ -210,4 +235,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         grace=args.grace,
         accept=args.accept,
         upstream_client=args.upstream_client,
+        dask_scheduler=args.dask_scheduler,
+        dask_workers=args.dask_workers,
     )

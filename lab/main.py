@@ -32,7 +32,8 @@ from lab import logs
 from lab.accept import reserve_port
 from lab.config import Config, parse_args
 from lab.httpserver import make_http_server
-from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, watch_parent
+from lab.modes import preflight
+from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, kill_children, watch_parent
 from lab.services import Services
 from lab.stats import Board
 
@@ -127,7 +128,7 @@ async def serve(
     # walks it, and a burst of requests pays for its own garbage only.
     gc.freeze()
     if config.debug:
-        autoreload.add_reload_hook(lambda: services.close(wait=False))
+        autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
     fair = services.occupancy if config.forked and config.accept == "fair" else None
     server = make_http_server(make_app(config, services), fair=fair)
     server.add_sockets(sockets)
@@ -145,7 +146,7 @@ async def serve(
         with contextlib.suppress(TimeoutError):  # time for those 503s to be written
             await asyncio.wait_for(services.requests_done(), 1.0)
     await server.close_all_connections()
-    services.close(wait=finished)
+    await services.close(wait=finished)
     log.info("stopped")
     return finished
 
@@ -159,7 +160,11 @@ def _base_url(host: str, port: int) -> str:
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
-    logs.configure()
+    logs.configure()  # first: importing a runner (distributed) must find logging configured
+    problem = preflight(config)
+    if problem:
+        print(f"server.py: error: {problem}", file=sys.stderr)
+        sys.exit(2)
     raise_fd_limit()
     reuse_port = config.forked and config.accept == "reuseport"
     if reuse_port:
@@ -174,8 +179,6 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     upstream = None if config.upstream else EmbeddedUpstream.start()
     upstream_url = upstream.url if upstream else config.upstream
     assert upstream_url is not None  # one of the two, by construction
-    if upstream is not None and config.debug:
-        autoreload.add_reload_hook(upstream.stop)
     parent = os.getpid()
     base_url = _base_url(config.host, port)
     policy = f", accept policy {config.accept}" if config.forked else ""

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from lab.config import Config
     from lab.runners import Runner
 
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
 # A server's facts as /stats reports them under "server", plus what /workloads
 # says of each workload: {"releases_gil": {name: bool}, "waits": {name: bool}}.
 Facts = Mapping[str, Any]
@@ -45,7 +47,8 @@ class Mode:
     # One sentence: what the mode does with a request and what follows (the page's mode note).
     why: str
     # Where the work runs, which is what the page's explanations depend on:
-    # "event loop", "threads", "processes" (each with its own GIL) or "upstream".
+    # "event loop", "threads", "processes" (each with its own GIL), "cluster"
+    # (worker processes a scheduler hands tasks to) or "upstream".
     runs_on: str
     capacity: Callable[[Facts, str], Capacity]
     # "module.Class" whose `from_config(config)` builds this mode's runner in
@@ -136,6 +139,23 @@ def _processing(facts: Facts, workload: str) -> Capacity:
     return Capacity(lanes, f"{_plural(lanes, 'worker process')} can compute at once on {_plural(cores(facts), 'core')}")
 
 
+def _cluster(facts: Facts, workload: str) -> Capacity:
+    dask = facts.get("dask") or {}
+    workers = dask.get("workers") or []
+    if not workers:  # not started yet (the embedded cluster starts on first use): as planned
+        threads = local = int(dask.get("threads") or cores(facts))
+    else:
+        threads = sum(int(w.get("threads") or 0) for w in workers)
+        local = sum(int(w.get("threads") or 0) for w in workers if w.get("host") in LOCAL_HOSTS)
+    if dask.get("embedded", True):
+        # Each forked server process has a cluster of its own, on this machine.
+        threads, local = processes(facts) * threads, processes(facts) * local
+    # Threads on this machine share its cores; others bring their own.
+    lanes = threads if waits(facts, workload) else min(local, cores(facts)) + (threads - local)
+    where = "" if local < threads else f" on {_plural(cores(facts), 'core')}"
+    return Capacity(lanes, f"{_plural(lanes, 'Dask worker thread')} can run a task at once{where}")
+
+
 def _awaiting(facts: Facts, workload: str) -> Capacity:
     return Capacity(None, "every call waits at the upstream at the same time, so about one wait")
 
@@ -173,6 +193,14 @@ MODES: dict[str, Mode] = {
             runner="lab.runners.ProcessRunner",
         ),
         Mode(
+            "distributed",
+            "sends it to a Dask cluster as a task: a scheduler hands it to a free worker process, on this machine "
+            "or another, each worker with its own GIL. More machines, more cores; each task pays a hop.",
+            "cluster",
+            _cluster,
+            runner="lab.dask_runner.DaskRunner",
+        ),
+        Mode(
             "async",
             "awaits a slow upstream: one thread waits for many calls at once. Great for waiting, "
             "no help for computing.",
@@ -185,12 +213,29 @@ MODES: dict[str, Mode] = {
 }
 
 
-def build_runners(config: Config) -> dict[str, Runner]:
-    """A fresh runner for every mode that has one (per server process, after any fork)."""
-    runners: dict[str, Runner] = {}
+def _factories() -> dict[str, RunnerFactory]:
+    factories = {}
     for mode in MODES.values():
         if mode.runner is not None:
             module, _, name = mode.runner.rpartition(".")
-            factory = cast(RunnerFactory, getattr(importlib.import_module(module), name))
-            runners[mode.name] = factory.from_config(config)
-    return runners
+            factories[mode.name] = cast(RunnerFactory, getattr(importlib.import_module(module), name))
+    return factories
+
+
+def build_runners(config: Config) -> dict[str, Runner]:
+    """A fresh runner for every mode that has one (per server process, after any fork)."""
+    return {name: factory.from_config(config) for name, factory in _factories().items()}
+
+
+def preflight(config: Config) -> str | None:
+    """Why this server cannot start, in one line, or None: asked of every runner that has a `preflight`.
+
+    Runs in the parent before any fork, so that a forked server exits once
+    instead of restarting children that fail one after another.
+    """
+    for factory in _factories().values():
+        check = getattr(factory, "preflight", None)
+        problem: str | None = check(config) if check is not None else None
+        if problem:
+            return problem
+    return None

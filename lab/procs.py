@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import psutil
 
 from lab import ROOT, loopback
 
@@ -37,6 +40,17 @@ def watch_parent(interval: float = 0.5) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def kill_children() -> None:
+    """SIGKILL every process this one started, and theirs: for an exec() (autoreload) that would orphan them.
+
+    The new image keeps this pid, so children watching their parent would
+    never notice; it starts its own pools and upstream.
+    """
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 class EmbeddedUpstream:

@@ -47,7 +47,11 @@ class Runner(Protocol):
 
     def snapshot(self) -> dict[str, Any]: ...
 
-    def close(self, wait: bool = True) -> None: ...
+    def facts(self) -> dict[str, Any]:
+        """What this mode adds to the server's facts (/stats "server", and the ideal's input): usually nothing."""
+        ...
+
+    async def close(self, wait: bool = True) -> None: ...
 
 
 class BlockingRunner:
@@ -76,7 +80,10 @@ class BlockingRunner:
     def snapshot(self) -> dict[str, Any]:
         return {"kind": "event loop", "size": 1}
 
-    def close(self, wait: bool = True) -> None:
+    def facts(self) -> dict[str, Any]:
+        return {}
+
+    async def close(self, wait: bool = True) -> None:
         pass
 
 
@@ -112,13 +119,23 @@ class Slots:
             raise
 
     def release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        if self.busy <= self.size:  # (more may run than `size` allows just after a resize down)
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
         self.busy -= 1
         self._update_idle()
+
+    def resize(self, size: int) -> None:
+        """A new size (a cluster that gained or lost workers): waiters take any room it makes."""
+        self.size = size
+        while self.busy < self.size and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.busy += 1
+                waiter.set_result(None)
 
     def _update_idle(self) -> None:
         if not self.busy and not self._waiters:
@@ -223,7 +240,11 @@ class PoolRunner:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not job.cancelled() or (task is not None and task.cancelling()):
-                raise  # our client left (see LabHandler.until_disconnect)
+                # Our client left (see LabHandler.until_disconnect). A job no
+                # worker has started yet need not run at all.
+                if not record.started.done() and self.on_abandoned(job_id):
+                    self.counts["cancelled_waiting"] += 1
+                raise
             # The executor dropped the job: its pool was replaced before a worker took it.
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
@@ -241,8 +262,20 @@ class PoolRunner:
     def on_timeout(self, job_id: int) -> None:
         pass
 
+    def on_abandoned(self, job_id: int) -> bool:
+        """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
+
+        The gate hands an executor no more jobs than it has workers, so a
+        pool job is never left queued inside it; a cluster's scheduler may
+        still hold one (another client's tasks run first). True if withdrawn.
+        """
+        return False
+
     def on_broken(self) -> None:
         pass
+
+    def facts(self) -> dict[str, Any]:
+        return {}
 
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
@@ -283,7 +316,7 @@ class ThreadRunner(PoolRunner):
 
         return loop.run_in_executor(self.executor, job)
 
-    def close(self, wait: bool = True) -> None:
+    async def close(self, wait: bool = True) -> None:
         # Waiting or not, a running thread cannot be stopped and the
         # interpreter joins pool threads at exit; server.py ends the process
         # with os._exit if one is still busy when the grace period is over.
@@ -390,7 +423,7 @@ class ProcessRunner(PoolRunner):
             snap["worker_pids"] = sorted(p.pid for p in _workers(self._executor) if p.pid is not None)
         return snap
 
-    def close(self, wait: bool = True) -> None:
+    async def close(self, wait: bool = True) -> None:
         executor, self._executor = self._executor, None
         if isinstance(executor, ProcessPoolExecutor):
             if not wait:

@@ -70,7 +70,7 @@ class Services:
                 await runner.start()
         except BaseException:  # cancelled by a stop signal during start-up, or failed
             for runner in runners.values():
-                runner.close(wait=False)
+                await runner.close(wait=False)
             raise
         upstream = Upstream(upstream_url, config.upstream_client, config.upstream_timeout)
         # A child replacing a dead one inherits its slot: its totals and a restart.
@@ -107,6 +107,7 @@ class Services:
             "cpu_count": cpu_count(),
             "thread_pool": config.thread_pool,
             "process_pool": config.process_pool,
+            **{key: value for runner in self.runners.values() for key, value in runner.facts().items()},
         }
 
     def share(self, mode: str, workload: str) -> float:
@@ -185,12 +186,12 @@ class Services:
         for job in list(self.jobs):
             job.cancel()
 
-    def close(self, wait: bool = True) -> None:
+    async def close(self, wait: bool = True) -> None:
         for race in list(self.races):
             race.cancel()  # its cleanup kills the load generator
         if self._publisher is not None:
             self._publisher.stop()
         self.upstream.close()
         for runner in self.runners.values():
-            runner.close(wait)
+            await runner.close(wait)
         self.publish()

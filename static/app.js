@@ -32,6 +32,7 @@ const ui = {
   comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
   thumbnails: $("#thumbnails"),
+  modeRoutes: $("#mode-routes"),
 };
 
 // What the server offers: modes (the registry, in order), workloads, limits, its own facts.
@@ -137,6 +138,13 @@ function renderModes() {
   ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
     ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another.`;
   ui.comparisonTitle.textContent = `All ${modes.length} modes, same race`;
+  const links = workers.flatMap((name, i) => {
+    const link = html("a", `/${name}`);
+    link.href = `/${name}`;
+    return i ? [", ", link] : [link];
+  });
+  ui.modeRoutes.replaceChildren(...links, " one run of ", html("code", "count"), " (add ", html("code", "/fib?n=30"),
+    " etc.)");
 }
 
 function listWords(items) {
@@ -148,7 +156,18 @@ function renderFacts() {
   if (!s) return;
   ui.facts.textContent = `This server: ${plural(s.cpu_count, "core")}, ${plural(s.processes, "server process")
   }, a pool of ${plural(s.thread_pool, "thread")} and a pool of ${plural(s.process_pool, "worker process")
-  } in each.`;
+  } in each.${clusterFacts(s.dask)}`;
+}
+
+// The distributed mode's cluster, as /stats describes it.
+function clusterFacts(dask) {
+  if (!dask) return "";
+  if (!dask.embedded) {
+    return ` Distributed mode: the Dask cluster at ${dask.scheduler}${dask.workers.length
+      ? `, ${plural(dask.workers.length, "worker")} with ${plural(dask.threads, "thread")}` : ""}.`;
+  }
+  const where = dask.state === "not started" ? ", started on first use" : "";
+  return ` Distributed mode: an embedded Dask cluster of ${plural(dask.threads, "single-threaded worker")}${where}.`;
 }
 
 function readRequest(modeName) {
@@ -187,6 +206,10 @@ function runRace(request) {
 
 function onChange(race, event) {
   if (race !== current) return;
+  if (event && event.event === "race" && race.server) {
+    catalog.server = race.server; // fresh facts: a cluster started on first use now has its workers
+    renderFacts();
+  }
   if (event && event.event === "done") {
     renderSummary(race);
     renderNumbers(race);
@@ -294,12 +317,13 @@ function ranOn(race, mode) {
   const workers = (key) => new Set(race.responses.map((r) => r.body && r.body.worker && r.body.worker[key])
     .filter((value) => value !== undefined)).size;
   switch (mode.runs_on) {
-    case "processes":
-      return plural(s.worker_pids.length, "process");
     case "threads":
       return plural(workers("thread"), "thread");
-    default:
+    case "event loop":
+    case "upstream":
       return "the event loop";
+    default: // worker processes, of a pool or a cluster
+      return plural(s.worker_pids.length, "process");
   }
 }
 

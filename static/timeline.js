@@ -32,7 +32,8 @@ export function frameFor(race, width, fixedSpan = null) {
 
 function laneKey(response) {
   const worker = response.body && response.body.worker;
-  return worker ? `${worker.pid}|${worker.thread}` : "failed";
+  // A cluster's workers may share pids across machines: their address tells them apart.
+  return worker ? `${worker.pid}|${worker.thread}|${worker.address || ""}` : "failed";
 }
 
 function lanesOf(race) {
@@ -64,8 +65,20 @@ function laneLabel(lane, narrow) {
     // A server process's own loop: in a forked server, its count is that child's share of the race.
     return ["event loop", `pid ${pid}, ${lane.rows.length} req.`];
   }
+  if (first.worker && first.worker.address) {
+    // A cluster worker: named by its address, which says which machine too.
+    const where = first.worker.address.replace(/^[a-z]+:\/\//, "");
+    return [narrow ? where.replace(/^.*:/, ":") : `worker ${where}`, `pid ${pid}`];
+  }
   if (thread === "MainThread") return [narrow ? `pid ${pid}` : `worker pid ${pid}`, ""];
   return [threadLabel(thread), `pid ${pid}`];
+}
+
+// The lane's tooltip: everything the envelopes say about where its requests ran.
+function laneTitle(lane) {
+  if (lane.key === "failed") return "requests that got no answer";
+  const [pid, thread, address] = lane.key.split("|");
+  return `pid ${pid}, thread ${thread}${address ? `, ${address}` : ""}`;
 }
 
 export function drawTimeline(svg, race, f) {
@@ -134,7 +147,7 @@ export function drawTimeline(svg, race, f) {
     const colour = lane.key === "failed" ? "#000" : PALETTE[race.laneColours.get(lane.key) % PALETTE.length];
     const [name, sub] = laneLabel(lane, f.narrow);
     const label = el("g", { class: "lane-label" }, svg);
-    el("title", {}, label, lane.key === "failed" ? "requests that got no answer" : `pid ${lane.key.replace("|", ", thread ")}`);
+    el("title", {}, label, laneTitle(lane));
     el("rect", { x: 4, y: laneY + 2, width: 6, height: Math.min(12, laneH - 4), fill: colour, class: "lane-swatch" }, label);
     el("text", { x: 14, y: laneY + 12 }, label, name);
     if (sub && laneH >= 28) el("text", { x: 14, y: laneY + 25, class: "lane-sub" }, label, sub);

@@ -75,6 +75,14 @@ function whyWords(s, mode, server, workload, known) {
         : `<b>Why:</b> each worker process has its own interpreter and its own GIL, so ${known.overlap} requests `
           + `computed at once, one per worker${aside}, and the rest waited in the server's queue (hatched) for `
           + "a free worker. More workers than cores would not help: they would take turns on the cores instead.";
+    case "cluster":
+      return waits
+        ? `<b>Why:</b> ${name} does not compute: each Dask worker thread waited for one request at a time, and the `
+          + "others queued (hatched) for a free worker."
+        : `<b>Why:</b> the scheduler handed each task to a free Dask worker process, each with its own interpreter and `
+          + `its own GIL, so ${known.overlap} requests computed at once${aside}, and the rest waited (hatched) for a `
+          + "worker to finish. On one machine that is the process pool plus the scheduler's hop for every task; "
+          + "workers on more machines bring their own cores.";
     case "upstream":
       return `<b>Why:</b> no thread and no process did the waiting: the event loop awaited all ${n} requests' `
         + "upstream calls at once. Async helps when the work is waiting; it cannot make computing faster.";

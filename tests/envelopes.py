@@ -35,7 +35,8 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     assert body["workload"] == workload
     assert set(body) >= {"params", "result", "server", "worker", "timing"}
     assert set(body["server"]) == {"pid", "task_id"}
-    assert set(body["worker"]) == {"pid", "thread"}
+    # A cluster worker also has an address (tcp://host:port): where it ran, machine included.
+    assert set(body["worker"]) == {"pid", "thread"} | ({"address"} if mode == "distributed" else set())
     timing = body["timing"]
     assert set(timing) == {"received", "started", "finished", "queued_ms", "run_ms", "total_ms"}
     assert timing["received"] <= timing["started"] <= timing["finished"]

@@ -83,7 +83,7 @@ class InProcessLab:
         upstream.stop()
         await server.close_all_connections()
         await upstream.close_all_connections()
-        services.close()
+        await services.close()
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:

@@ -61,14 +61,14 @@ def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: Star
     done = run([sys.executable, "bench/race.py", "--url", lab.url, "--all", *TINY, "--delay", "0.05",
                 "--out", str(out)])  # fmt: skip
     assert done.returncode == 0, done.stderr
-    modes = ["blocking", "threading", "processing", "async"]
+    modes = ["blocking", "threading", "processing", "distributed", "async"]
     lines = done.stdout.splitlines()
     assert lines[0].split()[:2] == ["endpoint", "elapsed"] and "ping p99 ms" in lines[0]
-    assert [line.split()[0] for line in lines[2:6]] == modes
+    assert [line.split()[0] for line in lines[2:7]] == modes
     written = [Path(line.removeprefix("wrote ")) for line in lines if line.startswith("wrote ")]
     assert written == [out / "race.json", *(out / f"timeline-{m}.png" for m in modes)]
     assert all(is_png(path) for path in written[1:])
-    assert done.stderr.count("..........") == 4  # one tick per finished request, ten per race
+    assert done.stderr.count("..........") == 5  # one tick per finished request, ten per race
     doc: dict[str, Any] = json.loads((out / "race.json").read_text())
     assert [race["summary"]["mode"] for race in doc["races"]] == modes
     for race in doc["races"]:
@@ -78,7 +78,8 @@ def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: Star
         assert len(race["responses"]) == 10 and race["pings"]
     blocking = doc["races"][0]["summary"]
     assert blocking["lanes"] == 1 and blocking["ideal_s"] == pytest.approx(10 * blocking["solo_s"], abs=1e-3)
-    assert doc["races"][3]["summary"]["params"] == {"delay": "0.05"}
+    by_mode = {race["summary"]["mode"]: race["summary"] for race in doc["races"]}
+    assert by_mode["async"]["params"] == {"delay": "0.05"}
 
 
 def test_an_unreachable_server_is_an_error_event() -> None:

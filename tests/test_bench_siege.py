@@ -22,7 +22,7 @@ from tests.conftest import StartServer
 SIEGE_SH = str(ROOT / "bench" / "siege.sh")
 # Sleeps keep every endpoint short and make the numbers checkable without timing anything.
 TINY = ["--workload", "sleep", "-p", "seconds=0.05", "--delay", "0.05", "--warmup", "0"]
-MODES = ["blocking", "threading", "processing", "async"]
+MODES = ["blocking", "threading", "processing", "distributed", "async"]
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     assert by_name["processing"]["lanes"] == min(2, cpu_count())
     assert by_name["async"]["params"] == {"delay": 0.05, "fanout": 1}
     # The table on stdout, one line per endpoint, and where the results went.
-    assert [line.split()[0] for line in done.stdout.splitlines()[2:6]] == MODES
+    assert [line.split()[0] for line in done.stdout.splitlines()[2 : 2 + len(MODES)]] == MODES
     assert f"results: {out}" in done.stdout
     assert "| endpoint | elapsed s |" in (out / "summary.md").read_text()
     machine = assert_machine(out)

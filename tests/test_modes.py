@@ -46,7 +46,10 @@ class ToyRunner:
     def snapshot(self) -> dict[str, Any]:
         return {"kind": "a thread per request"}
 
-    def close(self, wait: bool = True) -> None:
+    def facts(self) -> dict[str, Any]:
+        return {"toy": {"threads_started": "one per request"}}
+
+    async def close(self, wait: bool = True) -> None:
         pass
 
 
@@ -84,6 +87,7 @@ def test_a_new_mode_is_served_listed_and_raced_from_its_registry_entry(toy_lab: 
     assert "/toy" in get(f"{toy_lab.url}/nope").json()["error"]["message"]
     stats = get(f"{toy_lab.url}/stats").json()
     assert stats["processes"][0]["pools"]["toy"] == {"kind": "a thread per request"}
+    assert stats["server"]["toy"] == {"threads_started": "one per request"}
     assert stats["totals"]["requests"]["toy"] | {"mean_ms": 0, "max_ms": 0} == {
         "count": 3,
         "errors": 1,
@@ -164,3 +168,25 @@ def test_only_the_race_command_line_imports_itself() -> None:
 def test_server_py_is_a_thin_shim() -> None:
     source = (ROOT / "server.py").read_text()
     assert source.count("noqa") <= 2 and len(source.splitlines()) < 30
+
+
+def _worker(host: str, threads: int = 1) -> dict[str, object]:
+    return {"address": f"tcp://{host}:1", "host": host, "threads": threads}
+
+
+@pytest.mark.parametrize(
+    ("dask", "processes", "lanes_expected"),
+    [
+        ({"embedded": True, "workers": [_worker("127.0.0.1"), _worker("127.0.0.1")]}, 1, 2),
+        ({"embedded": True, "threads": 2, "workers": []}, 1, 2),  # not started yet: as planned
+        ({"embedded": True, "workers": [_worker("127.0.0.1")]}, 2, 2),  # forked: a cluster per child
+        ({"embedded": False, "workers": [_worker("127.0.0.1", 3)]}, 2, 2),  # one shared cluster, on 2 cores
+        ({"embedded": False, "workers": [_worker("127.0.0.1", 2), _worker("10.0.0.7", 4)]}, 1, 6),  # + a machine
+    ],
+)
+def test_the_distributed_ideal_counts_the_clusters_worker_threads(
+    dask: dict[str, object], processes: int, lanes_expected: int
+) -> None:
+    facts = {"cpu_count": 2, "processes": processes, "thread_pool": 6, "process_pool": 2, "dask": dask}
+    assert lanes("distributed", "count", facts) == lanes_expected
+    assert ideal_makespan("distributed", "count", facts, 1.0, 10) == -(-10 // lanes_expected)

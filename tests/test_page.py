@@ -42,8 +42,8 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
-    # Two pool workers whatever the core count, so a processing race can use two pids.
-    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--no-access-log"],
+    # Two pool and cluster workers whatever the core count, so their races can use two pids.
+    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--dask-workers", "2", "--no-access-log"],
                        tmp_path_factory.mktemp("page") / "server.log")  # fmt: skip
     try:
         yield server.start()
@@ -145,6 +145,21 @@ def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServe
     visit.assert_clean()
 
 
+def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    race(page, "distributed", "count", {"n": RUN_N}, 10)
+    drawn = bars(page)
+    assert {b["status"] for b in drawn} == {"200"}
+    pids = {b["pid"] for b in drawn}
+    assert len(pids) == 2 and str(lab.pid) not in pids  # the embedded cluster's two workers
+    labels = page.eval_on_selector_all("#timeline .lane-label > text:first-of-type", "ts => ts.map(t => t.textContent)")
+    assert sum(label.startswith("worker 127.0.0.1:") for label in labels) == 2, labels
+    summary = page.inner_text("#summary")
+    assert "10 distributed requests" in summary and "Dask worker process" in summary
+    screenshot(page, "distributed")
+    visit.assert_clean()
+
+
 def test_a_blocking_race_runs_on_the_event_loop_and_stalls_ping(visit: Visit, lab: LabServer) -> None:
     page = visit.page
     race(page, "blocking", "count", {"n": RUN_N}, 10)
@@ -182,9 +197,9 @@ def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
     page.click("#compare")
     page.wait_for_selector("#comparison[data-complete=true]", timeout=RACE_TIMEOUT_MS)
     rows = page.eval_on_selector_all("#compare-table tbody tr", "rows => rows.map(r => r.innerText)")
-    assert [row.split()[0] for row in rows] == ["blocking", "threading", "processing", "async"]
+    assert [row.split()[0] for row in rows] == ["blocking", "threading", "processing", "distributed", "async"]
     assert all("×" in row for row in rows), rows
-    assert page.locator("#thumbnails svg").count() == 4
+    assert page.locator("#thumbnails svg").count() == 5
     screenshot(page, "compare")
     visit.assert_clean()
 

@@ -22,9 +22,9 @@ def _pool(lab: LabServer, mode: str) -> dict[str, Any]:
     return pool_stats(lab.url, mode)
 
 
-@pytest.mark.parametrize("mode", ["threading", "processing"])
+@pytest.mark.parametrize("mode", ["threading", "processing", "distributed"])
 def test_beyond_max_pending_is_503_at_once(start_server: StartServer, mode: str) -> None:
-    lab = start_server("--process-pool", "1", "--thread-pool", "1", "--max-pending", "1")
+    lab = start_server("--process-pool", "1", "--thread-pool", "1", "--dask-workers", "1", "--max-pending", "1")
     with ThreadPoolExecutor(2) as pool:
         running, waiting = (pool.submit(get, u) for u in copies(f"{lab.url}/{mode}/sleep?seconds=1.5", 2))
         assert wait_for(lambda: _pool(lab, mode)["waiting"] == 1)

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from workloads import cpu, io, ml, numeric
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
@@ -107,6 +107,8 @@ class RunRecord(TypedDict):
     thread: str
     started: float
     finished: float
+    # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
+    address: NotRequired[str]
 
 
 def run_timed(name: str, params: dict[str, Any]) -> RunRecord:

@@ -1,0 +1,79 @@
+"""A real Dask cluster for the tests, started as a user starts one: `dask scheduler`, then `dask worker`s.
+
+Each worker is its own `dask worker` command, as on separate machines, and
+runs from an empty folder: the lab's client must ship the `workloads` package
+to it. Everything listens on loopback, ports picked by the OS; every process
+is killed when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import distributed
+
+from tests.procs import Watch, wait_for
+
+DASK = str(Path(sys.executable).parent / "dask")
+LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+
+
+class DaskCluster:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.scheduler_file = folder / "scheduler.json"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.watch = Watch()
+        self.address = ""
+
+    def _start(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        with (self.folder / log_name).open("wb") as log:
+            process = subprocess.Popen(
+                [DASK, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.processes.append(process)
+        return process
+
+    def start_scheduler(self) -> str:
+        self.scheduler_file.unlink(missing_ok=True)  # the scheduler writes its address there once it listens
+        self._start(["scheduler", "--port", "0", "--scheduler-file", str(self.scheduler_file), *LOOPBACK],
+                    "scheduler.log")  # fmt: skip
+        assert wait_for(self.scheduler_file.exists, timeout=60), self.log("scheduler.log")
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        return self.address
+
+    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
+        return self._start(
+            ["worker", "--scheduler-file", str(self.scheduler_file), "--nthreads", "1", "--name", name, *LOOPBACK],
+            f"worker-{name}.log",
+        )
+
+    def client(self) -> distributed.Client:
+        """A client of this cluster for the test itself: another user of the same workers."""
+        return distributed.Client(self.address, timeout=30)
+
+    def log(self, name: str) -> str:
+        path = self.folder / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def note(self) -> None:
+        """Remember every process of the cluster (nannies' workers included), to check none outlives it."""
+        import psutil
+
+        for process in self.processes:
+            try:
+                root = psutil.Process(process.pid)
+                self.watch.note([root, *root.children(recursive=True)])
+            except psutil.NoSuchProcess:
+                continue
+
+    def stop(self) -> None:
+        self.note()
+        self.watch.kill({p.pid for p in self.processes})
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)

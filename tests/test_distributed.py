@@ -1,0 +1,222 @@
+"""/distributed on real Dask clusters: an external one (scheduler and workers started by hand) and the embedded one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import pytest
+
+from lab import ROOT
+from tests.conftest import StartServer
+from tests.dask_cluster import DaskCluster
+from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
+from tests.lab_server import Reply, copies, get, get_many, pool_stats
+from tests.procs import wait_for
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+pytestmark = pytest.mark.timeout(240)  # clusters take seconds to start on a busy machine
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DaskCluster]:
+    """`dask scheduler` and two `dask worker`s, each its own process group, all killed afterwards."""
+    dask = DaskCluster(tmp_path)
+    try:
+        dask.start_scheduler()
+        dask.start_worker("a")
+        dask.start_worker("b")
+        yield dask
+    finally:
+        dask.stop()
+
+
+# The functions below run on the cluster's workers, which cannot import the tests: ship them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _predict_model() -> int | None:
+    """On a worker: which predict model object it holds (None: not trained)."""
+    model = sys.modules["workloads.ml"]._model
+    return None if model is None else id(model)
+
+
+def _executing(dask_worker: Worker) -> int:
+    """On a worker: how many tasks it is running."""
+    return len(dask_worker.state.executing)
+
+
+def _workers(url: str) -> list[dict[str, object]]:
+    workers: list[dict[str, object]] = get(f"{url}/stats").json()["server"]["dask"]["workers"]
+    return workers
+
+
+def _pool(url: str) -> dict[str, Any]:
+    return pool_stats(url, "distributed")
+
+
+def _assert_spread_and_overlap(replies: list[Reply]) -> set[str]:
+    assert [r.status for r in replies] == [200] * len(replies), [r.body[:200] for r in replies]
+    for reply in replies:
+        assert_envelope(reply.json(), "distributed", "count")
+    addresses = {r.json()["worker"]["address"] for r in replies}
+    assert len(addresses) == 2 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
+    assert any_overlap(run_intervals(replies))  # two workers computed at the same time
+    return addresses
+
+
+def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
+    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    replies = get_many(copies(f"{lab.url}/distributed/count?n=3000000", 10))
+    addresses = _assert_spread_and_overlap(replies)
+    server = get(f"{lab.url}/stats").json()["server"]
+    assert server["dask"]["scheduler"] == cluster.address and server["dask"]["embedded"] is False
+    by_address = {w["address"]: w for w in server["dask"]["workers"]}
+    assert set(by_address) == addresses
+    assert {r.json()["worker"]["pid"] for r in replies} == {w["pid"] for w in by_address.values()}
+    assert all(w["threads"] == 1 and w["memory_bytes"] for w in by_address.values())
+    # The workers run from an empty folder: the client shipped the workloads package to them.
+    assert not (Path(cluster.folder) / "workloads").exists()
+    with cluster.client() as client:
+        # Each worker trained its predict model when the lab connected, and no task trains another.
+        models = client.run(_predict_model)
+        assert len(models) == 2 and None not in models.values()
+        for reply in get_many(copies(f"{lab.url}/distributed/predict?rows=100", 4)):
+            assert reply.json()["result"] == 426
+        assert client.run(_predict_model) == models
+    # The server's stop leaves the cluster it did not start alone.
+    assert lab.terminate() == 0
+    assert all(process.poll() is None for process in cluster.processes)
+
+
+def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--dask-workers", "2")
+    assert get(f"{lab.url}/stats").json()["server"]["dask"]["state"] == "not started"  # started on first use
+    replies = get_many(copies(f"{lab.url}/distributed/count?n=3000000", 10))
+    _assert_spread_and_overlap(replies)
+    dask = get(f"{lab.url}/stats").json()["server"]["dask"]
+    assert dask["embedded"] is True and dask["state"] == "running" and len(dask["workers"]) == 2
+    pids = {w["pid"] for w in dask["workers"]}
+    assert pids <= lab.remember_descendants()  # the server's own children
+    assert lab.terminate() == 0
+    assert lab.survivors() == []
+
+
+def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
+    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    victim = int(str(_workers(lab.url)[0]["pid"]))
+    with ThreadPoolExecutor(1) as pool:
+        burst = pool.submit(get_many, copies(f"{lab.url}/distributed/sleep?seconds=1", 6))
+        assert wait_for(lambda: get(f"{lab.url}/stats").json()["processes"][0]["pools"]["distributed"]["running"])
+        os.kill(victim, signal.SIGKILL)
+        replies = burst.result(timeout=60)  # none hangs past --job-timeout
+    assert {r.status for r in replies} <= {200, 503}
+    assert sum(r.status == 200 for r in replies) >= 5  # its task reran on the other worker
+    for reply in replies:
+        if reply.status == 503:
+            assert reply.headers["Retry-After"] and "retry" in reply.json()["error"]["message"]
+    assert victim not in {r.json()["worker"]["pid"] for r in replies if r.status == 200 and r.received > time.time()}
+    assert wait_for(lambda: victim not in {w["pid"] for w in _workers(lab.url)})
+
+
+def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
+    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    host, port = lab.url.removeprefix("http://").rsplit(":", 1)
+    with cluster.client() as other:
+        # Another user of the cluster keeps both workers busy: the lab's task waits at the scheduler.
+        busy = [other.submit(time.sleep, 3, pure=False, workers=[str(w["address"])]) for w in _workers(lab.url)]
+        assert wait_for(lambda: sum(other.run(_executing).values()) == 2)
+        with socket.create_connection((host, int(port))) as sock:  # a client that gives up
+            sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: lab\r\n\r\n")
+            assert wait_for(lambda: _pool(lab.url)["running"] == 1)
+        assert wait_for(lambda: _pool(lab.url)["running"] == 0)
+        other.gather(busy)
+        assert get(f"{lab.url}/distributed/sleep?seconds=0").status == 200
+        # The lab's tasks announce their start on a topic of their own: only the last one ever started.
+        started = [event for topic, events in other.get_events().items() if topic.startswith("lab-started-")
+                   for event in events]  # fmt: skip
+    assert len(started) == 1
+    assert (_pool(lab.url)["submitted"], _pool(lab.url)["cancelled_waiting"]) == (2, 1)
+
+
+def test_with_no_worker_left_requests_get_503_naming_the_lost_worker(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
+    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    cluster.note()
+    lost = {str(w["address"]) for w in _workers(lab.url)}
+    for process in cluster.processes[1:]:  # both `dask worker`s, nannies and all
+        os.killpg(process.pid, signal.SIGKILL)
+    reply = get(f"{lab.url}/distributed/sleep?seconds=0.1", timeout=30)
+    assert_error(reply, 503, "no worker is left")
+    assert any(address in reply.json()["error"]["message"] for address in lost)
+    assert reply.headers["Retry-After"]
+
+
+def test_a_lost_scheduler_is_a_503_with_retry_after_never_a_hang(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
+    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(get, f"{lab.url}/distributed/sleep?seconds=5")
+        assert wait_for(lambda: get(f"{lab.url}/stats").json()["processes"][0]["pools"]["distributed"]["running"])
+        os.killpg(cluster.processes[0].pid, signal.SIGKILL)  # the scheduler
+        reply = running.result(timeout=30)
+    assert_error(reply, 503, "scheduler")
+    assert reply.headers["Retry-After"]
+    later = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=30)
+    assert_error(later, 503, "scheduler")
+    assert later.received - later.sent < 15  # a reconnection attempt is bounded
+    assert get(f"{lab.url}/ping").status == 200
+
+
+def test_an_unreachable_scheduler_at_start_up_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "server.py", "--port", "0", "--dask-scheduler", "tcp://127.0.0.1:9"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in done.stderr
+
+
+def test_a_task_over_the_job_timeout_is_504_and_its_worker_replaced(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--dask-workers", "1", "--job-timeout", "1")
+    first = get(f"{lab.url}/distributed/sleep?seconds=0").json()["worker"]
+    reply = get(f"{lab.url}/distributed/sleep?seconds=20")
+    assert_error(reply, 504, "--job-timeout 1 s", "worker process killed")
+    assert reply.received - reply.sent < 10
+    after = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=60)
+    assert after.status == 200 and after.json()["worker"]["pid"] != first["pid"]  # its nanny started a new one
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "ctrl-c"])
+def test_a_forked_server_with_embedded_clusters_leaves_nothing_behind(start_server: StartServer, how: str) -> None:
+    lab = start_server("--processes", "2", "--process-pool", "1", "--dask-workers", "1")
+    replies = get_many(copies(f"{lab.url}/distributed/sleep?seconds=0.5", 6))
+    assert [r.status for r in replies] == [200] * 6
+    lab.remember_descendants()
+    code = lab.terminate(signal.SIGINT, group=True) if how == "ctrl-c" else lab.terminate()
+    assert code == 0
+    assert lab.survivors() == []

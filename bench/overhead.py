@@ -1,0 +1,167 @@
+"""What each mode costs per request: the same tiny request, one at a time, in every mode, side by side.
+
+    python -m bench.overhead                       # a server of its own; count?n=1, 50 per mode
+    python -m bench.overhead --url http://127.0.0.1:8000 --modes processing,distributed -n 200
+
+A run of `count?n=1` takes microseconds, so what a client waits for is the
+mode itself: handing the job to a thread, pickling it to a worker process,
+or a Dask scheduler's hop to a worker and back. Requests go one at a time,
+round-robin over the modes (so a slow minute of a shared host hits every
+mode alike), after a few unmeasured ones per mode (pools warm, the embedded
+Dask cluster started). Per mode it reports the client's wait (p50, p90), the
+part of it spent inside the server besides the run (the envelope's total_ms
+minus run_ms: queueing and the hand-over both ways) and the run itself, and
+writes overhead.json and overhead.md under bench/results/overhead-<stamp>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.args import param_pair, stop_on_sigterm
+from bench.engine import get, mode_url, percentile, with_tag
+from bench.servers import LocalServer
+from bench.summary import Column, markdown_table, median, new_results_dir, text_table
+from lab.modes import MODES
+
+WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]
+WARMUP_REQUESTS = 5
+
+COLUMNS = (
+    Column("mode", "mode", "{}"),
+    Column("requests", "requests", "{:d}"),
+    Column("client_p50_ms", "client p50 ms", "{:.2f}"),
+    Column("client_p90_ms", "client p90 ms", "{:.2f}"),
+    Column("server_p50_ms", "in server p50 ms", "{:.2f}"),
+    Column("run_p50_ms", "run p50 ms", "{:.3f}"),
+    Column("failed", "failed", "{:d}"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.overhead", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="base URL of a running lab server (default: start one for this run)")
+    parser.add_argument(
+        "--modes",
+        default=",".join(WORKLOAD_MODES),
+        help=f"comma-separated modes to measure (default: {','.join(WORKLOAD_MODES)})",
+    )
+    parser.add_argument("-n", "--requests", type=int, default=50, help="measured requests per mode (default: 50)")
+    parser.add_argument("--workload", default="count", help="workload name (default: count)")
+    parser.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        type=param_pair,
+        default=[],
+        metavar="NAME=VALUE",
+        help="workload param, repeatable (default: n=1, a run of microseconds)",
+    )
+    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for the results (default: a new one)")
+    parser.add_argument("--no-files", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--server-args", default="", metavar="ARGS", help="flags for the server started when --url is not given"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S", help="per request (default: 60)")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in args.modes if m not in WORKLOAD_MODES]
+    if unknown or not args.modes:
+        parser.error(f"--modes takes modes that run workloads: {', '.join(WORKLOAD_MODES)} (got {args.modes})")
+    if not 1 <= args.requests <= 10_000:
+        parser.error("-n must be between 1 and 10000")
+    if not args.param and args.workload == "count":
+        args.param = [("n", "1")]
+    return args
+
+
+def measure(
+    base: str, modes: Sequence[str], *, workload: str, params: dict[str, str], requests: int, timeout: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Every mode's samples: per request the client's seconds, the envelope's timing, the status."""
+    urls = {mode: mode_url(base, mode, workload, params) for mode in modes}
+    for url in urls.values():
+        for i in range(WARMUP_REQUESTS):
+            status, body, _, _ = get(with_tag(url, f"warm{i}"), timeout)
+            if status != 200:
+                raise RuntimeError(f"{url} answered {status}: {json.dumps(body)[:300]}")
+    samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for i in range(requests):
+        for mode, url in urls.items():
+            status, body, sent, received = get(with_tag(url, str(i)), timeout)
+            timing = body.get("timing", {}) if isinstance(body, dict) else {}
+            samples[mode].append({"status": status, "client_ms": (received - sent) * 1000, **timing})
+    return samples
+
+
+def summarise(mode: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [s for s in samples if s["status"] == 200]
+    client = [s["client_ms"] for s in ok]
+    in_server = [s["total_ms"] - s["run_ms"] for s in ok]
+    runs = [s["run_ms"] for s in ok]
+    return {
+        "mode": mode,
+        "requests": len(samples),
+        "failed": len(samples) - len(ok),
+        "client_p50_ms": percentile(client, 0.5),
+        "client_p90_ms": percentile(client, 0.9),
+        "server_p50_ms": median(in_server) if in_server else None,
+        "run_p50_ms": median(runs) if runs else None,
+    }
+
+
+def run(args: argparse.Namespace, base: str) -> list[dict[str, Any]]:
+    samples = measure(
+        base, args.modes, workload=args.workload, params=dict(args.param), requests=args.requests, timeout=args.timeout
+    )
+    rows = [summarise(mode, samples[mode]) for mode in args.modes]
+    print(text_table(rows, COLUMNS))
+    if not args.no_files:
+        out = args.out or new_results_dir("overhead-")
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {"url": base, "workload": args.workload, "params": dict(args.param), "rows": rows, "samples": samples}
+        (out / "overhead.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (out / "overhead.md").write_text(markdown_table(rows, COLUMNS) + "\n")
+        print(f"wrote {out / 'overhead.json'}\nwrote {out / 'overhead.md'}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    stop_on_sigterm()
+    try:
+        if args.url:
+            run(args, args.url.rstrip("/"))
+        else:
+            with tempfile.TemporaryDirectory(prefix="overhead-server-") as tmp:
+                print(f"starting a server: server.py {args.server_args}".rstrip(), file=sys.stderr)
+                with LocalServer(shlex.split(args.server_args), Path(tmp) / "server.log") as server:
+                    run(args, server.url)
+    except (RuntimeError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

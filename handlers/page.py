@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from html import escape
+
 from handlers.base import LabHandler
 from lab import ROOT
 from lab.errors import LabError
+from lab.modes import MODES
 
 STATIC = ROOT / "static"
 PAGE = STATIC / "index.html"
@@ -24,11 +27,17 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+def mode_links() -> str:
+    """A link to every mode that runs workloads (the registry, lab/modes.py), for the page's list of routes."""
+    names = [name for name, mode in MODES.items() if mode.runs_workloads]
+    return ", ".join(f'<a href="/{escape(name)}">/{escape(name)}</a>' for name in names)
+
+
 class PageHandler(LabHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "text/html; charset=UTF-8")
         self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        self.write(PAGE.read_bytes())
+        self.write(PAGE.read_text().replace("<!--mode-links-->", mode_links()))
 
 
 class AssetHandler(LabHandler):

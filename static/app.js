@@ -32,7 +32,6 @@ const ui = {
   comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
   thumbnails: $("#thumbnails"),
-  modeRoutes: $("#mode-routes"),
 };
 
 // What the server offers: modes (the registry, in order), workloads, limits, its own facts.
@@ -138,13 +137,6 @@ function renderModes() {
   ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
     ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another.`;
   ui.comparisonTitle.textContent = `All ${modes.length} modes, same race`;
-  const links = workers.flatMap((name, i) => {
-    const link = html("a", `/${name}`);
-    link.href = `/${name}`;
-    return i ? [", ", link] : [link];
-  });
-  ui.modeRoutes.replaceChildren(...links, " one run of ", html("code", "count"), " (add ", html("code", "/fib?n=30"),
-    " etc.)");
 }
 
 function listWords(items) {

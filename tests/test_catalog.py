@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from lab.modes import MODES
 from tests.inproc import InProcessLab
 from tests.lab_server import LabServer, get
 from workloads.registry import WORKLOADS
@@ -53,7 +54,8 @@ def test_page_links_every_route(server: LabServer) -> None:
     assert reply.headers["Content-Type"].startswith("text/html")
     html = reply.body.decode()
     links = set(re.findall(r'href="(/[a-z]*)', html))
-    assert {"/ping", "/workloads", "/blocking", "/threading", "/processing", "/async", "/stats"} <= links
+    assert {"/ping", "/workloads", "/modes", "/async", "/stats"} <= links
+    assert {f"/{name}" for name, mode in MODES.items() if mode.runs_workloads} <= links  # from the registry
     assert "http://" not in html and "https://" not in html  # self-contained, nothing off-origin
 
 

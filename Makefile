@@ -24,8 +24,10 @@ run: install
 	$(BIN)/python server.py $(ARGS)
 
 ## test: dev deps, system tools the tests need (siege, chromium), lint, the whole suite
+## (two pytest workers, a file each at a time: most tests wait on servers, not on a core)
+TEST_WORKERS ?= 2
 test: $(VENV)/.dev system-deps lint
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 ## lint: ruff (lint + format check) and mypy
 lint: $(VENV)/.dev

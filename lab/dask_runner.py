@@ -73,6 +73,13 @@ log = logging.getLogger(__name__)
 # the warm-up plugin below need nothing of the lab's importable there.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+# The embedded cluster's workers feed no dashboard, so nothing would read
+# their statistical profiler, which samples the task's thread every 10 ms and
+# needs the GIL to do it: measured here on a pure-Python loop, it made each
+# run 8-20 % slower. (A cluster of your own keeps its own settings: see the
+# README, "Past one machine".)
+EMBEDDED_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
 # How often the runner asks the scheduler which workers it has.
 WATCH_EVERY_S = 0.5
 # A cluster with no worker gets this long for one to join (a nanny restarts a
@@ -225,16 +232,18 @@ class DaskRunner(PoolRunner):
         if self.scheduler is None:
             log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
             self._view["state"] = "starting"
-            self.cluster = await distributed.LocalCluster(
-                asynchronous=True,
-                n_workers=self.workers,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
-                dashboard_address="127.0.0.1:0",
-                scheduler_kwargs={"dashboard": False},
-            )
+            # Its workers' nannies keep this config for every worker they start.
+            with dask.config.set(EMBEDDED_WORKER_CONFIG):
+                self.cluster = await distributed.LocalCluster(
+                    asynchronous=True,
+                    n_workers=self.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
+                    dashboard_address="127.0.0.1:0",
+                    scheduler_kwargs={"dashboard": False},
+                )
             client = await distributed.Client(self.cluster, asynchronous=True)
         else:
             client = await distributed.Client(self.scheduler, asynchronous=True, timeout=patience)

@@ -36,6 +36,7 @@ class AsyncHandler(LabHandler):
                 received=self.received,
                 started=started,
                 finished=finished,
+                cpu=None,  # nothing ran on anyone's behalf: the calls only waited
             )
         )
 

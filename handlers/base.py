@@ -121,9 +121,8 @@ class LabHandler(JsonHandler):
 def not_found(path: str) -> LabError:
     """The 404 for a path nothing serves, naming what does (every mode in the registry)."""
     modes = ", ".join(f"/{name}" for name in MODES)
-    return LabError(
-        404, f"no route for {path[:200]!r}; try /, /ping, /workloads, /modes, /stats, {modes} or /{{mode}}/{{workload}}"
-    )
+    routes = f"/, /ping, /workloads, /modes, /stats, /metrics, {modes} or /{{mode}}/{{workload}}"
+    return LabError(404, f"no route for {path[:200]!r}; try {routes}")
 
 
 class NotFoundHandler(LabHandler):

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 
 from handlers.base import LabHandler
+from lab.gil import gil_enabled
 from lab.modes import MODES
 from workloads.registry import WORKLOADS
 
 
 class WorkloadsHandler(LabHandler):
     def get(self) -> None:
+        # Whether threads share a GIL at all: on a free-threaded interpreter
+        # (gil_enabled false) every workload runs in parallel in threads.
+        enabled = gil_enabled()
         # A top-level JSON list (RequestHandler.write only serialises dicts).
-        self.finish(json.dumps([w.describe() for w in WORKLOADS.values()]))
+        self.finish(json.dumps([{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]))
 
 
 class ModesHandler(LabHandler):

@@ -23,13 +23,17 @@ def envelope(
     received: float,
     started: float,
     finished: float,
+    cpu: float | None,
     worker_address: str | None = None,
 ) -> dict[str, Any]:
     """`server` handled the HTTP request; `worker` is where the work ran.
 
     `started`/`finished` come from the worker itself, so `queued_ms` is the
     real wait for a pool (or for the event loop) and `run_ms` the real run.
-    A cluster worker (distributed mode) also has an address.
+    `cpu_ms` is the CPU time the run used where it ran (None where nothing
+    ran: /async only waits); run_ms - cpu_ms is time it was started but not
+    running, waiting for the GIL or for a core. A cluster worker
+    (distributed mode) also has an address.
     """
     responded = time.time()
     worker: dict[str, Any] = {"pid": worker_pid, "thread": worker_thread}
@@ -48,6 +52,7 @@ def envelope(
             "finished": finished,
             "queued_ms": _ms(started - received),
             "run_ms": _ms(finished - started),
+            "cpu_ms": None if cpu is None else _ms(cpu),
             "total_ms": _ms(responded - received),
         },
     }

@@ -7,7 +7,8 @@ from handlers.base import LabHandler
 
 class PingHandler(LabHandler):
     def get(self) -> None:
-        self.write({"pong": True, "pid": self.services.pid})
+        # With the GIL's contention in this process lately (0-1, None if not measured): the race's GIL track.
+        self.write({"pong": True, "pid": self.services.pid, "gil": self.services.gil_contention})
 
     # Health checkers send HEAD: the same answer, and Tornado leaves out the body.
     head = get

@@ -39,6 +39,7 @@ class RunHandler(LabHandler):
                 received=self.received,
                 started=record["started"],
                 finished=record["finished"],
+                cpu=record["cpu"],
                 worker_address=record.get("address"),
             )
         )

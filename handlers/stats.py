@@ -45,6 +45,7 @@ def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
         "uptime_s": round(now - doc["started"], 3),
         "restarts": doc["restarts"],
         "active_requests": doc["active_requests"],
+        "gil_contention": doc.get("gil_contention"),
         **_usage(doc["pid"]),
         "requests": summarise(doc["requests"]),
         "pools": pools,
@@ -55,7 +56,7 @@ class StatsHandler(LabHandler):
     def get(self) -> None:
         services = self.services
         services.publish()  # our own slot, fresh
-        docs = [doc for slot in range(services.board.slots) if (doc := services.board.read(slot))]
+        docs = services.board.docs()
         now = time.time()
         config = services.config
         self.write(

@@ -33,8 +33,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -57,7 +59,14 @@ from workloads.registry import RunRecord
 # lab/logs.py's (configured before this import); distributed's own loggers
 # report what goes wrong.
 LOGGING = {"distributed": "warning", "tornado": "notset", "tornado.application": "notset"}
-dask.config.set({"distributed.logging": LOGGING})
+dask.config.set(
+    {
+        "distributed.logging": LOGGING,
+        # An embedded scheduler would run a GIL meter of its own in this
+        # process, beside the server's (lab/gil.py).
+        "distributed.admin.system-monitor.gil.enabled": False,
+    }
+)
 
 import distributed  # noqa: E402 -- after the logging policy above
 from distributed.client import FutureCancelledError  # noqa: E402
@@ -73,12 +82,18 @@ log = logging.getLogger(__name__)
 # the warm-up plugin below need nothing of the lab's importable there.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-# The embedded cluster's workers feed no dashboard, so nothing would read
-# their statistical profiler, which samples the task's thread every 10 ms and
-# needs the GIL to do it: measured here on a pure-Python loop, it made each
-# run 8-20 % slower. (A cluster of your own keeps its own settings: see the
-# README, "Past one machine".)
-EMBEDDED_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+# What the embedded cluster's workers run with (their nannies pass it to each
+# worker they start). No dashboard reads their statistical profiler, which
+# samples the task's thread every 10 ms and needs the GIL to do it: measured
+# here on a pure-Python loop, it made each run 8-20 % slower. Their GIL meter
+# stays on (Dask's own, with gilknocker): /stats shows each worker's reading.
+# A cluster of your own keeps its own settings (README, "Past one machine").
+# (Dotted keys: a nanny merges this over its own config one level deep, then
+# each worker applies it with dask.config.set.)
+EMBEDDED_WORKER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.system-monitor.gil.enabled": True,
+}
 
 # How often the runner asks the scheduler which workers it has.
 WATCH_EVERY_S = 0.5
@@ -147,6 +162,7 @@ class DaskRunner(PoolRunner):
         self._task = task()
         self.client: Client | None = None
         self.cluster: LocalCluster | None = None
+        self._scratch: str | None = None  # the embedded cluster's own local directory
         self._starting: asyncio.Task[None] | None = None
         self._attempted = 0.0  # when the last connection attempt began (time.monotonic)
         self._watcher: asyncio.Task[None] | None = None
@@ -232,18 +248,23 @@ class DaskRunner(PoolRunner):
         if self.scheduler is None:
             log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
             self._view["state"] = "starting"
-            # Its workers' nannies keep this config for every worker they start.
-            with dask.config.set(EMBEDDED_WORKER_CONFIG):
-                self.cluster = await distributed.LocalCluster(
-                    asynchronous=True,
-                    n_workers=self.workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",
-                    # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
-                    dashboard_address="127.0.0.1:0",
-                    scheduler_kwargs={"dashboard": False},
-                )
+            # A directory of its own, not Dask's machine-wide default
+            # (/tmp/dask-scratch-space): its workers put their local directory
+            # first on sys.path, where a package another client uploaded to
+            # some other cluster (UploadDirectory) would shadow this project's.
+            self._scratch = tempfile.mkdtemp(prefix="lab-dask-")
+            self.cluster = await distributed.LocalCluster(
+                local_directory=self._scratch,
+                asynchronous=True,
+                n_workers=self.workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
+                dashboard_address="127.0.0.1:0",
+                scheduler_kwargs={"dashboard": False},
+                config=EMBEDDED_WORKER_CONFIG,  # passed on to each worker's nanny
+            )
             client = await distributed.Client(self.cluster, asynchronous=True)
         else:
             client = await distributed.Client(self.scheduler, asynchronous=True, timeout=patience)
@@ -450,6 +471,8 @@ class DaskRunner(PoolRunner):
                     "memory_bytes": (w.get("metrics") or {}).get("memory"),
                     "memory_limit_bytes": w.get("memory_limit"),
                     "tasks_running": _executing(w),
+                    # Dask's own GIL meter in the worker (None where gilknocker is not installed).
+                    "gil_contention": (w.get("metrics") or {}).get("gil_contention"),
                 }
                 for address, w in sorted(workers.items())
             ],
@@ -496,6 +519,9 @@ class DaskRunner(PoolRunner):
                 closing = cluster.close(timeout=10)
                 if closing is not None:
                     await closing
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         self._view["state"] = "closed"
 
 

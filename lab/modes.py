@@ -94,8 +94,14 @@ def processes(facts: Facts) -> int:
     return int(facts.get("processes", 1))
 
 
+def gil_enabled(facts: Facts) -> bool:
+    """False for a free-threaded interpreter running without its GIL."""
+    return bool(facts.get("gil_enabled", True))
+
+
 def releases_gil(facts: Facts, workload: str) -> bool:
-    return bool(facts.get("releases_gil", {}).get(workload, False))
+    """Threads can run it in parallel: it lets go of the GIL, or there is none."""
+    return not gil_enabled(facts) or bool(facts.get("releases_gil", {}).get(workload, False))
 
 
 def waits(facts: Facts, workload: str) -> bool:
@@ -129,7 +135,8 @@ def _threading(facts: Facts, workload: str) -> Capacity:
         )
     lanes = on_cores(processes(facts) * pool, facts, workload)
     limits = _plural(pool, "thread") + ("" if waits(facts, workload) else f", {_plural(cores(facts), 'core')}")
-    return Capacity(lanes, f"{workload} releases the GIL, so {_plural(lanes, 'request')} can run at once ({limits})")
+    reason = f"{workload} releases the GIL" if gil_enabled(facts) else "this interpreter runs with no GIL"
+    return Capacity(lanes, f"{reason}, so {_plural(lanes, 'request')} can run at once ({limits})")
 
 
 def _processing(facts: Facts, workload: str) -> Capacity:

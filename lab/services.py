@@ -13,6 +13,7 @@ from tornado.ioloop import PeriodicCallback
 
 from lab.accept import Occupancy
 from lab.config import Config, cpu_count
+from lab.gil import GilMeter, gil_enabled
 from lab.modes import MODES, build_runners
 from lab.runners import Runner
 from lab.stats import Board, RequestStats
@@ -52,6 +53,9 @@ class Services:
     stopping: bool = False
     # What this process holds, for the fair accept policy (lab/accept.py).
     occupancy: Occupancy = field(default_factory=Occupancy)
+    # This process's GIL contention over the last PUBLISH_EVERY_MS (None: not measured).
+    gil: GilMeter = field(default_factory=GilMeter)
+    gil_contention: float | None = None
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     _publisher: PeriodicCallback | None = None
     _published_at: float = 0.0
@@ -85,8 +89,9 @@ class Services:
             requests=RequestStats(previous["requests"] if previous else None),
             restarts=previous["restarts"] + 1 if previous else 0,
         )
+        services.gil.start()
         services.publish()
-        services._publisher = PeriodicCallback(services.publish, PUBLISH_EVERY_MS)
+        services._publisher = PeriodicCallback(services._tick, PUBLISH_EVERY_MS)
         services._publisher.start()
         log.info(
             "ready: thread pool %d, process pool %d, max pending %d, job timeout %g s, upstream %s",
@@ -107,6 +112,7 @@ class Services:
             "cpu_count": cpu_count(),
             "thread_pool": config.thread_pool,
             "process_pool": config.process_pool,
+            "gil_enabled": gil_enabled(),
             **{key: value for runner in self.runners.values() for key, value in runner.facts().items()},
         }
 
@@ -128,10 +134,16 @@ class Services:
             "started": self.started,
             "restarts": self.restarts,
             "active_requests": self.active_requests,
+            "gil_contention": self.gil_contention,
             "requests": self.requests.modes,
             "pools": {mode: runner.snapshot() for mode, runner in self.runners.items()},
             "published": time.time(),
         }
+
+    def _tick(self) -> None:
+        """Every PUBLISH_EVERY_MS: the GIL meter's reading for the time since the last tick, then publish."""
+        self.gil_contention = self.gil.read()
+        self.publish()
 
     def publish(self) -> None:
         self._published_at = time.monotonic()
@@ -191,6 +203,7 @@ class Services:
             race.cancel()  # its cleanup kills the load generator
         if self._publisher is not None:
             self._publisher.stop()
+        self.gil.stop()
         self.upstream.close()
         for runner in self.runners.values():
             await runner.close(wait)

@@ -13,16 +13,21 @@ totals survive it.
 
 Why not prometheus_client's multiprocess mode: it aggregates counters and
 gauges well but keeps one file per pid and cannot carry the lists /stats
-shows (busy workers, their pids).
+shows (busy workers, their pids). /metrics is this board in Prometheus's
+text format instead (handlers/metrics.py), so every child answers for all.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import mmap
 import struct
 import time
 from typing import Any
+
+# Upper bounds (seconds) of the request-latency histogram's buckets; the last bucket is +Inf.
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 SLOT_BYTES = 64 * 1024
 _HEADER = struct.Struct("<QI")  # sequence counter, payload length
@@ -62,16 +67,22 @@ class Board:
             time.sleep(0)
         return None
 
+    def docs(self) -> list[dict[str, Any]]:
+        """Every slot's last complete document (never-written and torn slots left out)."""
+        return [doc for slot in range(self.slots) if (doc := self.read(slot))]
 
-def _empty() -> dict[str, float]:
-    return {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0}
+
+def _empty() -> dict[str, Any]:
+    # statuses: HTTP status (as text) -> requests; buckets: requests per LATENCY_BUCKETS_S bucket, +Inf last.
+    return {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0, "statuses": {},
+            "buckets": [0] * (len(LATENCY_BUCKETS_S) + 1)}  # fmt: skip
 
 
 class RequestStats:
-    """Requests, errors and latency per mode for this process."""
+    """Requests, errors, statuses and latency per mode for this process."""
 
     def __init__(self, previous: dict[str, Any] | None = None) -> None:
-        self.modes: dict[str, dict[str, float]] = previous or {}
+        self.modes: dict[str, dict[str, Any]] = previous or {}
 
     def record(self, mode: str, status: int, seconds: float) -> None:
         entry = self.modes.setdefault(mode, _empty())
@@ -80,9 +91,12 @@ class RequestStats:
         entry["errors"] += status >= 400
         entry["total_ms"] += ms
         entry["max_ms"] = max(entry["max_ms"], ms)
+        statuses = entry["statuses"]
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+        entry["buckets"][bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
 
 
-def summarise(modes: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+def summarise(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """count/errors/mean_ms/max_ms per mode from the raw sums."""
     return {
         mode: {
@@ -95,9 +109,9 @@ def summarise(modes: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]
     }
 
 
-def merge(docs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+def merge(docs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Add raw per-mode sums of several processes together."""
-    total: dict[str, dict[str, float]] = {}
+    total: dict[str, dict[str, Any]] = {}
     for modes in docs:
         for mode, e in modes.items():
             t = total.setdefault(mode, _empty())
@@ -105,4 +119,7 @@ def merge(docs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]
             t["errors"] += e["errors"]
             t["total_ms"] += e["total_ms"]
             t["max_ms"] = max(t["max_ms"], e["max_ms"])
+            for status, n in e["statuses"].items():
+                t["statuses"][status] = t["statuses"].get(status, 0) + n
+            t["buckets"] = [a + b for a, b in zip(t["buckets"], e["buckets"], strict=True)]
     return total

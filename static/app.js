@@ -263,6 +263,9 @@ function renderSummary(race) {
     para.innerHTML = text; // numbers, fixed words and escaped names only
     return para;
   }));
+  // The numbers behind the words, for tools that drive the page (bench/page.py).
+  ui.summary.dataset.summary = JSON.stringify(race.summary);
+  ui.summary.dataset.ratio = String(race.summary.ratio);
 }
 
 function renderNumbers(race) {
@@ -280,6 +283,8 @@ function renderNumbers(race) {
 
 function resetViews() {
   ui.summary.replaceChildren();
+  delete ui.summary.dataset.summary;
+  delete ui.summary.dataset.ratio;
   ui.requests.replaceChildren();
 }
 

@@ -9,6 +9,7 @@ is killed when the test ends, whatever happened.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,10 @@ from tests.procs import Watch, wait_for
 
 DASK = str(Path(sys.executable).parent / "dask")
 LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
+# Dask's local directories go under its temporary directory, by default one for
+# the whole machine (/tmp/dask-scratch-space): here, the test's own folder, so
+# that nothing these processes write or are sent outlives the test.
+SCRATCH = "dask-scratch-space"
 
 
 class DaskCluster:
@@ -32,8 +37,9 @@ class DaskCluster:
     def _start(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
         with (self.folder / log_name).open("wb") as log:
             process = subprocess.Popen(
-                [DASK, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                [DASK, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "DASK_TEMPORARY_DIRECTORY": str(self.folder)},
+            )  # fmt: skip
         self.processes.append(process)
         return process
 

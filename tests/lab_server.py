@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Barrier
@@ -100,9 +100,10 @@ def ping_while_pool_busy(url: str, mode: str, jobs: int) -> tuple[list[Reply], R
 class LabServer:
     """server.py in its own session, so teardown can kill its whole process group."""
 
-    def __init__(self, args: Sequence[str], log_path: Path) -> None:
+    def __init__(self, args: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.args = list(args)
         self.log_path = log_path
+        self.env = {**os.environ, **env} if env else None
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.watch = Watch()
@@ -116,6 +117,7 @@ class LabServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=self.env,
         )
         deadline = time.monotonic() + ready_timeout
         while not self.url:

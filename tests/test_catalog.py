@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import re
+import sys
+
+import pytest
 
 from lab.modes import MODES
 from tests.inproc import InProcessLab
 from tests.lab_server import LabServer, get
+from tests.procs import wait_for
 from workloads.registry import WORKLOADS
 
 
 def test_ping_is_tiny(server: LabServer) -> None:
     reply = get(f"{server.url}/ping")
-    assert reply.json() == {"pong": True, "pid": server.pid}
+    body = reply.json()
+    assert body == {"pong": True, "pid": server.pid, "gil": body["gil"]}
+    # This process's GIL contention lately (read every 200 ms; None before the first reading):
+    # a share, and low on an idle server.
+    assert wait_for(lambda: get(f"{server.url}/ping").json()["gil"] is not None)
+    assert 0 <= get(f"{server.url}/ping").json()["gil"] < 0.5
     assert reply.headers["Cache-Control"] == "no-store"
 
 
@@ -21,8 +30,9 @@ def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     assert isinstance(listed, list)
     assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep"]
     for entry in listed:
-        assert set(entry) == {"name", "description", "params", "releases_gil", "waits"}
+        assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "gil_enabled"}
         assert entry["releases_gil"] is WORKLOADS[entry["name"]].releases_gil
+        assert entry["gil_enabled"] is True  # this interpreter has its GIL (a free-threaded one would say false)
         for param in entry["params"]:
             assert {"name", "type", "default"} <= set(param)
             assert ({"min", "max"} <= set(param)) or "choices" in param
@@ -46,6 +56,14 @@ def test_published_maxima_are_enforced(server: LabServer) -> None:
             described = param.describe()
             if described["type"] == "integer":
                 assert get(f"{server.url}/blocking/{workload.name}?{param.name}={described['max'] + 1}").status == 400
+
+
+def test_a_free_threaded_interpreter_is_named_in_workloads_and_stats(
+    app: InProcessLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)  # no such build installs here
+    assert {w["gil_enabled"] for w in get(f"{app.url}/workloads").json()} == {False}
+    assert get(f"{app.url}/stats").json()["server"]["gil_enabled"] is False
 
 
 def test_page_links_every_route(server: LabServer) -> None:

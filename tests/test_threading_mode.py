@@ -28,3 +28,21 @@ def test_ping_answers_while_threads_run(server: LabServer) -> None:
     jobs, ping = ping_while_pool_busy(server.url, "threading", 3)
     assert ping.status == 200
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)
+
+
+def test_gil_bound_threads_take_turns_computing(server: LabServer) -> None:
+    # Four threads of a pure-Python loop at once: the GIL lets one compute at a
+    # time, so together they computed no longer than the burst lasted, and each
+    # spent most of its run started but waiting. (More load only widens the gap.)
+    replies = get_many(copies(f"{server.url}/threading/count?n=3000000", 4))
+    timings = [r.json()["timing"] for r in replies]
+    assert max_concurrency(run_intervals(replies)) == 4
+    burst_ms = (max(t["finished"] for t in timings) - min(t["started"] for t in timings)) * 1000
+    assert sum(t["cpu_ms"] for t in timings) <= burst_ms + 20
+    assert all(t["cpu_ms"] < 0.75 * t["run_ms"] for t in timings)
+
+
+def test_a_sleep_takes_wall_time_but_no_cpu(server: LabServer) -> None:
+    [reply] = get_many([f"{server.url}/threading/sleep?seconds=0.3"])
+    timing = reply.json()["timing"]
+    assert timing["run_ms"] >= 300 and timing["cpu_ms"] < 30

@@ -107,22 +107,33 @@ class RunRecord(TypedDict):
     thread: str
     started: float
     finished: float
+    # CPU seconds the run took where it ran (its thread's, or its process's).
+    cpu: float
     # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
     address: NotRequired[str]
 
 
-def run_timed(name: str, params: dict[str, Any]) -> RunRecord:
-    """Run workload `name`, timing it where it runs: in the worker, not the caller."""
+def run_timed(name: str, params: dict[str, Any], cpu_clock: Callable[[], float] = time.thread_time) -> RunRecord:
+    """Run workload `name`, timing it where it runs: in the worker, not the caller.
+
+    Wall time and CPU time both: the difference is time the run was started
+    but not running (waiting for the GIL, or for a core). `cpu_clock` is the
+    thread's by default (threads share their process); a process that runs
+    one job at a time passes time.process_time, so that BLAS threads count too.
+    """
     func = WORKLOADS[name].func
+    cpu = cpu_clock()
     started = time.time()
     result = func(**params)
     finished = time.time()
+    cpu = cpu_clock() - cpu
     return {
         "result": result,
         "pid": os.getpid(),
         "thread": threading.current_thread().name,
         "started": started,
         "finished": finished,
+        "cpu": cpu,
     }
 
 

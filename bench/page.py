@@ -1,0 +1,314 @@
+"""What the lab page costs the machine it measures: the same race from the command line and from the page.
+
+    python -m bench.page                                  # a server of its own, processing, count, 3 rounds
+    python -m bench.page --url http://127.0.0.1:8000 --mode threading --rounds 5
+
+Each round runs the race twice on one server, one right after the other:
+from the command line (`python -m bench.race --jsonl`, the very load
+generator the page's races use) and from the page in headless Chromium
+(Debian's chromium, driven by Playwright). Meanwhile it samples the CPU
+seconds of the browser's processes, of the server's (the server process and
+its pool or cluster workers), and of the load generator. It prints both
+ratios (makespan / ideal) and the CPU figures, and writes page.json under
+bench/results/page-<stamp>/. A page that costs little leaves the two ratios
+alike and its browser's CPU a small fraction of the workers'.
+
+Needs the dev requirements (Playwright; `make test` installs them) and chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import psutil
+
+if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.args import param_pair, stop_on_sigterm
+from bench.servers import LocalServer
+from bench.summary import Column, new_results_dir, text_table
+from lab import ROOT
+from lab.modes import MODES
+
+# How Chromium runs here: headless, as root, offline (no calls home).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RACE_TIMEOUT_MS = 180_000
+SAMPLE_EVERY_S = 0.1
+
+COLUMNS = (
+    Column("round", "round", "{:d}"),
+    Column("source", "from", "{}"),
+    Column("elapsed_s", "elapsed s"),
+    Column("ideal_s", "ideal s"),
+    Column("ratio", "ratio"),
+    Column("browser_cpu_s", "browser CPU s"),
+    Column("workers_cpu_s", "workers CPU s"),
+    Column("server_cpu_s", "server CPU s"),
+    Column("generator_cpu_s", "load gen CPU s"),
+)
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(found).exists():
+        raise RuntimeError("chromium is missing: apt-get install chromium (make test installs it)")
+    return found
+
+
+class CpuMeter:
+    """CPU seconds (user + system) used by a changing set of processes since start().
+
+    `find` names the processes of interest whenever asked; each is read every
+    SAMPLE_EVERY_S in a thread, so one that exits meanwhile (a load generator
+    at the end of its race) still counts what it used until its last reading.
+    """
+
+    def __init__(self, find: Callable[[], Iterable[psutil.Process]]) -> None:
+        self.find = find
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> None:
+        for process in self.find():
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                used = times.user + times.system
+                # A process born after start() counts from zero; one present at start() from then.
+                self._first.setdefault(process.pid, used if self._thread is None else 0.0)
+                self._last[process.pid] = used
+
+    def start(self) -> CpuMeter:
+        self._read()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_EVERY_S):
+            self._read()
+
+    def stop(self) -> float:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._read()
+        return round(sum(self._last[pid] - self._first[pid] for pid in self._last), 3)
+
+
+def family(root: psutil.Process) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return [root, *root.children(recursive=True)]
+    return []
+
+
+def is_load_generator(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return "bench.race" in process.cmdline()
+    return False
+
+
+def is_upstream(process: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return "handlers.upstream" in process.cmdline()
+    return False
+
+
+class Meters:
+    """The browser's, the server's own process, its workers and the load generator, measured together."""
+
+    def __init__(self, server_pid: int, browser: psutil.Process | None, generator_root: psutil.Process) -> None:
+        server = psutil.Process(server_pid)
+
+        def workers() -> list[psutil.Process]:
+            return [p for p in family(server)[1:] if not is_load_generator(p) and not is_upstream(p)]
+
+        self.meters = {
+            "browser_cpu_s": CpuMeter(lambda: family(browser) if browser else []),
+            "server_cpu_s": CpuMeter(lambda: [server]),
+            "workers_cpu_s": CpuMeter(workers),
+            "generator_cpu_s": CpuMeter(lambda: [p for p in family(generator_root) if is_load_generator(p)]),
+        }
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[dict[str, float]]:
+        used: dict[str, float] = {}
+        for meter in self.meters.values():
+            meter.start()
+        try:
+            yield used
+        finally:
+            for name, meter in self.meters.items():
+                used[name] = meter.stop()
+
+
+def cli_race(base: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The race from the command line: the page's own load generator, with the page's warm-up."""
+    argv = [sys.executable, "-m", "bench.race", "--url", base, "--mode", args.mode, "-c", str(args.concurrency),
+            "--jsonl", "--warmup", "1"]  # fmt: skip
+    if MODES[args.mode].runs_workloads:
+        argv += ["--workload", args.workload]
+    for name, value in args.param:
+        argv += ["-p", f"{name}={value}"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    if not events or events[-1]["event"] != "done":
+        raise RuntimeError(f"the command-line race failed: {done.stderr.strip()[-300:] or events[-1:]}")
+    summary: dict[str, Any] = events[-1]["summary"]
+    return summary
+
+
+def page_race(page: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The race from the page: the form filled in and submitted as a person would."""
+    page.select_option("#mode", args.mode)
+    if MODES[args.mode].runs_workloads:
+        page.select_option("#workload", args.workload)
+    for name, value in args.param:
+        page.fill(f"#param-{name}", value)
+    page.fill("#concurrency", str(args.concurrency))
+    page.click("#run")
+    page.wait_for_selector("#summary[data-ratio]", timeout=RACE_TIMEOUT_MS)
+    summary: dict[str, Any] = json.loads(page.get_attribute("#summary", "data-summary") or "{}")
+    page.wait_for_selector("#run:not([disabled])", timeout=RACE_TIMEOUT_MS)
+    return summary
+
+
+def run(args: argparse.Namespace, base: str, server_pid: int) -> list[dict[str, Any]]:
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 -- a dev dependency, needed here only
+
+    rows: list[dict[str, Any]] = []
+    me = psutil.Process()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            chromium = next((p for p in me.children(recursive=True) if p.name().startswith("chrom")), None)
+            roots = [p for p in family(chromium)[:1]] if chromium else []
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(base + "/")
+            page.wait_for_selector("body[data-ready=true]")
+            server = psutil.Process(server_pid)
+            for number in range(1, args.rounds + 1):
+                cli = Meters(server_pid, roots[0] if roots else None, me)
+                with cli.measuring() as used:
+                    summary = cli_race(base, args)
+                rows.append(_row(number, "command line", summary, used))
+                print(text_table(rows[-1:], COLUMNS).splitlines()[-1], file=sys.stderr)
+                on_page = Meters(server_pid, roots[0] if roots else None, server)
+                with on_page.measuring() as used:
+                    summary = page_race(page, args)
+                rows.append(_row(number, "page", summary, used))
+                print(text_table(rows[-1:], COLUMNS).splitlines()[-1], file=sys.stderr)
+        finally:
+            browser.close()
+    return rows
+
+
+def _row(number: int, source: str, summary: dict[str, Any], used: dict[str, float]) -> dict[str, Any]:
+    return {"round": number, "source": source, **{k: summary.get(k) for k in ("elapsed_s", "ideal_s", "ratio")},
+            **used, "summary": summary}  # fmt: skip
+
+
+def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds: the page's ratio against the command line's, the browser's CPU against the workers'."""
+    cli = [r for r in rows if r["source"] == "command line"]
+    page = [r for r in rows if r["source"] == "page"]
+    cli_ratio, page_ratio = median(r["ratio"] for r in cli), median(r["ratio"] for r in page)
+    shares = [r["browser_cpu_s"] / r["workers_cpu_s"] for r in page if r["workers_cpu_s"]]
+    return {
+        "cli_ratio": cli_ratio,
+        "page_ratio": page_ratio,
+        "page_over_cli": round(page_ratio / cli_ratio, 3),
+        "browser_share_of_workers_cpu": round(median(shares), 4) if shares else None,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.page", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="base URL of a running lab server (default: start one for this run)")
+    parser.add_argument("--mode", choices=list(MODES), default="processing")
+    parser.add_argument("--workload", default="count")
+    parser.add_argument("--param", "-p", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
+    parser.add_argument("-c", "--concurrency", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="command line + page races (default: 3)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for page.json (default: a new one)")
+    parser.add_argument("--no-files", action="store_true", help="print the table only")
+    parser.add_argument("--server-args", default="", metavar="ARGS", help="flags for the server started here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stop_on_sigterm()
+    try:
+        with contextlib.ExitStack() as stack:
+            if args.url:
+                base = args.url.rstrip("/")
+                pid = _server_pid(base)
+            else:
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="page-server-"))
+                print(f"starting a server: server.py {args.server_args}".rstrip(), file=sys.stderr)
+                server = stack.enter_context(LocalServer(shlex.split(args.server_args), Path(tmp) / "server.log"))
+                assert server.process is not None
+                base, pid = server.url, server.process.pid
+            rows = run(args, base, pid)
+    except (RuntimeError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    found = verdict(rows)
+    print(text_table(rows, COLUMNS))
+    print(
+        f"\nmedian ratio: command line {found['cli_ratio']:.2f}, page {found['page_ratio']:.2f} "
+        f"(page / command line = {found['page_over_cli']:.2f}); the browser used "
+        f"{100 * (found['browser_share_of_workers_cpu'] or 0):.1f} % of the workers' CPU time during its races"
+    )
+    if not args.no_files:
+        out = args.out or new_results_dir("page-")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "page.json").write_text(json.dumps({"url": base, "verdict": found, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out / 'page.json'}")
+    return 0
+
+
+def _server_pid(base: str) -> int:
+    """The pid of the server answering at `base` (its /stats), which must run on this machine."""
+    from lab import loopback  # noqa: PLC0415
+
+    with loopback.urlopen(f"{base}/stats", timeout=10) as reply:
+        pid = int(json.loads(reply.read())["server"]["answered_by"]["pid"])
+    if not psutil.pid_exists(pid):
+        raise RuntimeError(f"{base} is not served from this machine: its CPU cannot be measured here")
+    parent = psutil.Process(pid).parent()
+    # A forked server's parent (fork_processes) is the root of its process tree.
+    return parent.pid if parent is not None and "server.py" in " ".join(parent.cmdline()) else pid
+
+
+if __name__ == "__main__":
+    sys.exit(main())

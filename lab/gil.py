@@ -1,0 +1,53 @@
+"""The GIL meter: how contended this process's GIL is, 0-1, and whether the interpreter has a GIL at all.
+
+gilknocker runs a thread of its own that, for a few milliseconds at a time,
+keeps asking for the GIL and times how long each ask waits: the share of its
+sampling time spent waiting is the contention. Two threads of a pure-Python
+loop read about 0.9; two threads of numpy's matmul (which releases the GIL)
+under 0.1; an idle server about 0.01.
+
+The meter costs little because it samples: SAMPLE_US of asking every
+millisecond, then a pause of PAUSE_US. Each reading covers the time since the
+previous one (the server reads it every 200 ms, lab/services.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gilknocker import KnockKnock
+
+POLL_US = 1_000  # how often the meter's thread asks for the GIL while it samples
+SAMPLE_US = 10_000  # how long it samples at a time
+PAUSE_US = 50_000  # how long it rests between samples
+
+
+def gil_enabled() -> bool:
+    """False on a free-threaded interpreter running without its GIL (Python 3.13t and later)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return True if check is None else bool(check())
+
+
+class GilMeter:
+    """GIL contention in this process, read (and restarted) as often as the caller likes."""
+
+    def __init__(self) -> None:
+        self._knocker: KnockKnock | None = None
+
+    def start(self) -> None:
+        if self._knocker is None and gil_enabled():  # without a GIL there is nothing to contend for
+            self._knocker = KnockKnock(POLL_US, SAMPLE_US, PAUSE_US)
+            self._knocker.start()
+
+    def read(self) -> float | None:
+        """Contention since the last read, 0-1; None when not measured (no GIL, or not started)."""
+        if self._knocker is None:
+            return None
+        value = float(self._knocker.contention_metric)
+        self._knocker.reset_contention_metric()
+        return round(min(1.0, max(0.0, value)), 3)
+
+    def stop(self) -> None:
+        if self._knocker is not None:
+            self._knocker.stop()
+            self._knocker = None

@@ -4,9 +4,12 @@ Every request goes out at the same instant (a barrier releases N threads,
 each on its own connection, as siege does); with reps R each of them then
 sends R - 1 more, one after another (siege -c N -r R). Meanwhile a probe
 thread sends GET /ping every few milliseconds and records how long each
-took: the server's responsiveness while the race runs. Solo requests before
-the race measure the single-run time `t` (their median) that the ideal
-makespan is computed from (bench/ideal.py).
+took, and the server's GIL contention the answer reports: the server's
+responsiveness while the race runs. Solo requests before the race measure
+the single-run time `t` (their median, their spread is the noise) that the
+ideal makespan is computed from (bench/ideal.py); where several runs could
+go at once, this machine's parallel capacity is measured too
+(bench/capacity.py), for the ideal it can really reach.
 
 bench/race.py is its command line; bench/sweep.py, bench/siege_steps.py and
 (through `python -m bench.race --jsonl`) the lab page use it too. EVENTS
@@ -28,16 +31,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.ideal import ideal_makespan, ideal_words, lanes
+from bench import capacity as machine
+from bench.ideal import ideal_makespan, ideal_words, lanes, reachable_makespan
 from bench.summary import median
 from lab import loopback
 from lab.modes import MODES
 
 EVENTS = """
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
-                  "solo_samples_s": [...], "solo_runs", "reps"}
+                  "solo_samples_s": [...], "solo_runs", "reps", "capacity": {...} or null}
 {"event": "response", "index", "sent", "received", "status", "body"}   one per request, as it completes
-{"event": "ping", "sent", "received", "ms", "status"}                   one per probe
+{"event": "ping", "sent", "received", "ms", "status", "gil"}            one per probe (--ping-batch 0)
+{"event": "pings", "count", "failed", "from", "to", "p50_ms", "max_ms",
+                   "worst": {"sent", "received", "ms"}, "gil"}          or one per --ping-batch seconds
 {"event": "done", "summary": {...}}                                      see Summary
 {"event": "error", "message"}                                            the race could not run
 """
@@ -64,6 +70,8 @@ class Ping:
     received: float
     ms: float
     status: int
+    # The answering process's GIL contention lately, as /ping reports it (None: not measured).
+    gil: float | None = None
 
 
 @dataclass
@@ -101,6 +109,19 @@ class Summary:
     reps: int = 1
     # The ideal in plain words (bench/ideal.py), for the page's summary.
     ideal_words: str = ""
+    # Noise: (slowest - fastest) / median of the solo runs t comes from.
+    solo_spread: float = 0.0
+    # This machine's parallel capacity (bench/capacity.py), where runs could go at once: how much
+    # longer one of `cores` runs took when all went together, and the ideal that leaves reachable.
+    slowdown: float | None = None
+    reachable_ideal_s: float | None = None
+    reachable_ratio: float | None = None
+    # Computing against waiting: CPU time over run time of the answered runs (1.0: every run
+    # computed all the time it was started; 0.25: it waited three quarters of it, for the GIL or a core).
+    cpu_share: float | None = None
+    # The server's GIL contention as the /ping probes saw it (None where not measured).
+    gil_p50: float | None = None
+    gil_max: float | None = None
 
 
 def spread_of(pids: Sequence[int]) -> dict[str, int]:
@@ -211,10 +232,12 @@ def race(
     concurrency: int,
     *,
     ping_every: float = 0.005,
+    ping_batch: float = 0.0,
     timeout: float = 300.0,
     solo_runs: int = 3,
     reps: int = 1,
     warmup_s: float = 0.0,
+    measure_capacity: bool = True,
     on_event: Callable[[Event], None] | None = None,
 ) -> tuple[Summary, list[Response], list[Ping]]:
     """Run one race; `on_event` sees every event as it happens (for streaming and progress).
@@ -224,7 +247,9 @@ def race(
     responses, indexed client x reps + rep.
 
     Events come from several threads; they are passed to `on_event` one at a
-    time, so a consumer writing lines never interleaves two of them.
+    time, so a consumer writing lines never interleaves two of them. With
+    `ping_batch` > 0 the probes are reported as one "pings" event per that
+    many seconds (a page drawing them need not see each of hundreds).
     """
     emit = _serialised(on_event)
     base = base.rstrip("/")
@@ -238,6 +263,12 @@ def race(
     # Once more, as the race will find it: the first request may have started
     # what the mode runs on (the embedded Dask cluster starts on first use).
     server = server_facts(base, timeout)
+    name = ran(mode, workload)
+    able = lanes(mode, name, server)
+    # Only where runs could go at once does the machine's parallel capacity matter.
+    capacity = None
+    if measure_capacity and able is not None and able > 1 and not server["waits"].get(name, False):
+        capacity = machine.measure(int(server["cpu_count"]))
     emit(
         {
             "event": "race",
@@ -251,10 +282,13 @@ def race(
             "solo_samples_s": samples,
             "solo_runs": len(samples),
             "reps": reps,
+            "capacity": None if capacity is None else {**asdict(capacity), "effective_cores": capacity.effective_cores},
         }
     )
 
-    responses, pings = _fire(base, url, concurrency, reps, ping_every=ping_every, timeout=timeout, emit=emit)
+    responses, pings = _fire(
+        base, url, concurrency, reps, ping_every=ping_every, ping_batch=ping_batch, timeout=timeout, emit=emit
+    )
     summary = summarise(
         mode=mode,
         workload=workload,
@@ -267,6 +301,7 @@ def race(
         params=params,
         solo_samples_s=samples,
         reps=reps,
+        capacity=capacity,
     )
     emit({"event": "done", "summary": asdict(summary)})
     return summary, sorted(responses, key=lambda r: r.index), pings
@@ -284,6 +319,24 @@ def _serialised(on_event: Callable[[Event], None] | None) -> Callable[[Event], N
     return emit
 
 
+def ping_batch_event(batch: Sequence[Ping]) -> Event:
+    """Several probes as one event: how many, how long they waited (median, worst), the GIL lately."""
+    answered = [p for p in batch if p.status == 200]
+    worst = max(answered, key=lambda p: p.ms, default=None)
+    gils = [p.gil for p in answered if p.gil is not None]
+    return {
+        "event": "pings",
+        "count": len(batch),
+        "failed": len(batch) - len(answered),
+        "from": batch[0].sent,
+        "to": batch[-1].received,
+        "p50_ms": percentile([p.ms for p in answered], 0.5),
+        "max_ms": worst.ms if worst else None,
+        "worst": {"sent": worst.sent, "received": worst.received, "ms": worst.ms} if worst else None,
+        "gil": max(gils) if gils else None,
+    }
+
+
 def _fire(
     base: str,
     url: str,
@@ -291,6 +344,7 @@ def _fire(
     reps: int,
     *,
     ping_every: float,
+    ping_batch: float,
     timeout: float,
     emit: Callable[[Event], None],
 ) -> tuple[list[Response], list[Ping]]:
@@ -299,12 +353,22 @@ def _fire(
     stop_probe = threading.Event()
 
     def probe() -> None:
+        batch: list[Ping] = []
         while not stop_probe.is_set():
-            code, _, p_sent, p_received = get(f"{base}/ping", timeout)
-            ping = Ping(p_sent, p_received, round((p_received - p_sent) * 1000, 3), code)
+            code, body, p_sent, p_received = get(f"{base}/ping", timeout)
+            gil = body.get("gil") if isinstance(body, dict) else None
+            ping = Ping(p_sent, p_received, round((p_received - p_sent) * 1000, 3), code, gil)
             pings.append(ping)
-            emit({"event": "ping", **asdict(ping)})
+            if ping_batch <= 0:
+                emit({"event": "ping", **asdict(ping)})
+            else:
+                batch.append(ping)
+                if ping.received - batch[0].sent >= ping_batch:
+                    emit(ping_batch_event(batch))
+                    batch = []
             stop_probe.wait(ping_every)
+        if batch:
+            emit(ping_batch_event(batch))
 
     barrier = threading.Barrier(concurrency)
     responses: list[Response] = []
@@ -355,6 +419,7 @@ def summarise(
     params: dict[str, str] | None = None,
     solo_samples_s: list[float] | None = None,
     reps: int = 1,
+    capacity: machine.Capacity | None = None,
 ) -> Summary:
     ok = [r for r in responses if r.status == 200]
     seconds = [r.seconds for r in responses]
@@ -362,7 +427,20 @@ def summarise(
     end = max(r.received for r in responses)
     name = ran(mode, workload)
     ideal = ideal_makespan(mode, name, server, solo_s, concurrency, reps=reps)
+    able = lanes(mode, name, server)
+    if capacity is not None:
+        reachable: float | None = reachable_makespan(
+            mode, name, server, solo_s, concurrency, at_once=capacity.at_once, reps=reps
+        )
+    elif able is None or able < 2 or server.get("waits", {}).get(name, False):
+        reachable = ideal  # no runs compete for cores: what the machine gives parallel work does not matter
+    else:
+        reachable = None  # not measured (--no-capacity)
     ping_ms = [p.ms for p in pings if p.status == 200]
+    gils = [p.gil for p in pings if p.status == 200 and p.gil is not None]
+    timings = [r.body["timing"] for r in ok if isinstance(r.body, dict) and "timing" in r.body]
+    cpu = [(t["cpu_ms"], t["run_ms"]) for t in timings if t.get("cpu_ms") is not None]
+    samples = solo_samples_s or []
     return Summary(
         mode=mode,
         workload=name,
@@ -378,7 +456,7 @@ def summarise(
         ratio=round((end - start) / ideal, 3) if ideal > 0 else float("nan"),
         cores=int(server["cpu_count"]),
         processes=int(server.get("processes", 1)),
-        lanes=lanes(mode, name, server),
+        lanes=able,
         ideal_words=ideal_words(mode, name, server, solo_s, concurrency, reps=reps),
         worker_pids=sorted({r.body["worker"]["pid"] for r in ok if isinstance(r.body, dict)}),
         server_pids=sorted({r.body["server"]["pid"] for r in ok if isinstance(r.body, dict)}),
@@ -394,4 +472,11 @@ def summarise(
         p95_s=round(percentile(seconds, 0.95) or 0.0, 4),
         throughput_rps=round(len(ok) / (end - start), 3) if end > start else 0.0,
         reps=reps,
+        solo_spread=round((max(samples) - min(samples)) / median(samples), 3) if samples else 0.0,
+        slowdown=None if capacity is None else capacity.slowdown,
+        reachable_ideal_s=None if reachable is None else round(reachable, 4),
+        reachable_ratio=round((end - start) / reachable, 3) if reachable else None,
+        cpu_share=round(sum(c for c, _ in cpu) / sum(r for _, r in cpu), 3) if cpu and sum(r for _, r in cpu) else None,
+        gil_p50=percentile(gils, 0.5),
+        gil_max=max(gils) if gils else None,
     )

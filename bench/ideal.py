@@ -11,6 +11,7 @@ and the lab page (which receives these numbers in the race's events) use it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from lab.modes import MODES, Capacity, Facts
 
@@ -40,6 +41,27 @@ def ideal_makespan(mode: str, workload: str, server: Facts, solo_s: float, concu
     client can finish in fewer than `reps` rounds.
     """
     return rounds(lanes(mode, workload, server), concurrency, reps) * solo_s
+
+
+def reachable_makespan(
+    mode: str,
+    workload: str,
+    server: Facts,
+    solo_s: float,
+    concurrency: int,
+    *,
+    at_once: Callable[[int], float],
+    reps: int = 1,
+) -> float:
+    """The ideal this machine can really reach: rounds as ideal_makespan counts them, but a round of m
+    runs at once takes `at_once(m)` times as long as one alone, as measured here (bench/capacity.py)."""
+    able = lanes(mode, workload, server)
+    if able is None or able < 2:
+        return ideal_makespan(mode, workload, server, solo_s, concurrency, reps=reps)
+    if concurrency <= able:  # every client at once, each sending its requests one after another
+        return reps * at_once(concurrency) * solo_s
+    full, rest = divmod(concurrency * reps, able)
+    return (full * at_once(able) + (at_once(rest) if rest else 0.0)) * solo_s
 
 
 def seconds(value: float) -> str:

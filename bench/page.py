@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from statistics import median
@@ -117,6 +118,22 @@ class CpuMeter:
             self._thread.join()
         self._read()
         return round(sum(self._last[pid] - self._first[pid] for pid in self._last), 3)
+
+
+def settle(processes: Callable[[], Iterable[psutil.Process]], quiet_s: float = 0.5, timeout: float = 10.0) -> bool:
+    """Wait until these processes have been (nearly) idle for `quiet_s`; False if they never were.
+
+    A page just loaded keeps its browser busy for a few seconds more
+    (measured here: 0.7 CPU-seconds in the 3 s after load, nothing after):
+    that is not the cost of the race about to be measured.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meter = CpuMeter(processes).start()
+        time.sleep(quiet_s)
+        if meter.stop() < 0.05 * quiet_s:
+            return True
+    return False
 
 
 def family(root: psutil.Process) -> list[psutil.Process]:
@@ -217,6 +234,7 @@ def run(args: argparse.Namespace, base: str, server_pid: int) -> list[dict[str, 
                 rows.append(_row(number, "command line", summary, used))
                 print(text_table(rows[-1:], COLUMNS).splitlines()[-1], file=sys.stderr)
                 on_page = Meters(server_pid, roots[0] if roots else None, server)
+                settle(lambda: family(roots[0]) if roots else [])
                 with on_page.measuring() as used:
                     summary = page_race(page, args)
                 rows.append(_row(number, "page", summary, used))

@@ -34,7 +34,7 @@ from bench import charts
 from bench.args import param_pair, stop_on_sigterm
 from bench.engine import Event, race
 from bench.servers import LocalServer
-from bench.summary import COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
+from bench.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
 from lab.modes import MODES
 
 
@@ -85,6 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-c", "--concurrency", type=int, default=10, help="simultaneous requests (default: 10)")
     parser.add_argument("-r", "--reps", type=int, default=1, help="requests per client, one after another (default: 1)")
     parser.add_argument("--ping-every", type=float, default=0.005, metavar="S", help="probe interval (default: 0.005)")
+    parser.add_argument(
+        "--ping-batch",
+        type=float,
+        default=0.1,
+        metavar="S",
+        help="--jsonl reports the probes as one 'pings' event per S seconds; 0: a 'ping' event per probe "
+        "(default: 0.1). race.json keeps every probe either way",
+    )
+    parser.add_argument(
+        "--no-capacity",
+        action="store_true",
+        help="skip measuring this machine's parallel capacity (about a second before each race whose runs "
+        "can go at once), and with it the ideal it can reach",
+    )
     parser.add_argument(
         "--solo-runs",
         type=int,
@@ -138,6 +152,8 @@ def run_races(args: argparse.Namespace, base: str, on_event: Callable[[Event], N
             race_params(args, mode),
             args.concurrency,
             ping_every=args.ping_every,
+            ping_batch=args.ping_batch,
+            measure_capacity=not args.no_capacity,
             solo_runs=args.solo_runs,
             reps=args.reps,
             warmup_s=args.warmup,
@@ -208,7 +224,7 @@ def report(args: argparse.Namespace, base: str, results: list[dict[str, Any]]) -
     """The table, and the files with their paths (on stderr with --jsonl: stdout carries JSON lines only)."""
     out = sys.stderr if args.jsonl else sys.stdout
     summaries = [{"endpoint": r["summary"].mode, **asdict(r["summary"])} for r in results]
-    print(text_table(summaries, (*COLUMNS, SPREAD_COLUMN, *PING_COLUMNS)), file=out)
+    print(text_table(summaries, (*COLUMNS, SPREAD_COLUMN, *PING_COLUMNS, *INSTRUMENT_COLUMNS)), file=out)
     if not args.no_files:
         for path in write_files(args.out or new_results_dir("race-"), base, results):
             print(f"wrote {path}", file=out)

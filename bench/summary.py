@@ -68,6 +68,15 @@ PING_COLUMNS = (
 )
 
 
+# What the race's instruments add (bench/engine.py's Summary): the ratio to the ideal this machine
+# can reach (its measured parallel capacity), the share of run time spent computing, the GIL meter.
+INSTRUMENT_COLUMNS = (
+    Column("reachable_ratio", "reach ratio"),
+    Column("cpu_share", "cpu share"),
+    Column("gil_max", "GIL max"),
+)
+
+
 def ratio(elapsed_s: float, ideal_s: float) -> float:
     """elapsed / ideal: 1.0 is the best this machine can do, 2.0 took twice as long."""
     return round(elapsed_s / ideal_s, 3) if ideal_s > 0 else float("nan")

@@ -123,6 +123,7 @@ def measure_point(
                 solo_runs=args.solo_runs,
                 reps=args.reps,
                 warmup_s=args.warmup,
+                measure_capacity=False,  # a sweep ranks throughput, not ratios to an ideal
                 on_event=on_event,
             )
     finally:

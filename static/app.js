@@ -3,7 +3,7 @@
 // the drawing from timeline.js and pings.js, the words from words.js.
 
 import { $, html, ms, plural, roundSpan, sec, SVG_NS, threadLabel } from "./format.js";
-import { drawPings } from "./pings.js";
+import { drawGil, drawPings } from "./pings.js";
 import { startRace } from "./race.js";
 import { drawDefs, drawTimeline, frameFor } from "./timeline.js";
 import { describeRun, ratioText, summaryParagraphs } from "./words.js";
@@ -26,6 +26,7 @@ const ui = {
   status: $("#status"),
   timeline: $("#timeline"),
   ping: $("#ping-track"),
+  gil: $("#gil-track"),
   summary: $("#summary"),
   requests: $("#requests-table tbody"),
   comparison: $("#comparison"),
@@ -116,8 +117,9 @@ function renderModeNotes() {
   if (!mode.runs_workloads) {
     ui.workloadNote.textContent = `${mode.name} runs no workload of its own: it ${mode.why}`;
   } else if (workload) {
-    ui.workloadNote.textContent = `${workload.description} ${workload.releases_gil
-      ? "Measured: releases the GIL." : "Measured: holds the GIL."}`;
+    ui.workloadNote.textContent = `${workload.description} ${workload.gil_enabled === false
+      ? "This interpreter has no GIL: nothing to hold." : workload.releases_gil
+        ? "Measured: releases the GIL." : "Measured: holds the GIL."}`;
   }
   renderParams();
 }
@@ -146,9 +148,11 @@ function listWords(items) {
 function renderFacts() {
   const s = catalog.server;
   if (!s) return;
+  const noGil = s.gil_enabled === false ? " Its interpreter runs without a GIL (a free-threaded build): threads "
+    + "compute in parallel." : "";
   ui.facts.textContent = `This server: ${plural(s.cpu_count, "core")}, ${plural(s.processes, "server process")
   }, a pool of ${plural(s.thread_pool, "thread")} and a pool of ${plural(s.process_pool, "worker process")
-  } in each.${clusterFacts(s.dask)}`;
+  } in each.${clusterFacts(s.dask)}${noGil}`;
 }
 
 // The distributed mode's cluster, as /stats describes it.
@@ -179,7 +183,8 @@ function setRunning(busy) {
   ui.form.setAttribute("aria-busy", busy ? "true" : "false");
   if (hadFocus) (busy ? ui.stop : ui.run).focus();
   const top = ui.status.getBoundingClientRect().top;
-  if (busy && (top < 0 || top > innerHeight * 0.6)) ui.status.scrollIntoView({ block: "start", behavior: "smooth" });
+  // Not "smooth": an animated scroll repaints the page 60 times a second while the race starts.
+  if (busy && (top < 0 || top > innerHeight * 0.6)) ui.status.scrollIntoView({ block: "start" });
 }
 
 // ---------- one race on screen ----------
@@ -205,8 +210,11 @@ function onChange(race, event) {
   if (event && event.event === "done") {
     renderSummary(race);
     renderNumbers(race);
+    draw(); // the finished race at once, with its summary
   }
-  updateStatus(race);
+  // The status line follows the charts (at most every DRAW_EVERY_MS), except at a change of phase,
+  // and on a quiet tick (no event), which may have to say that nothing arrives.
+  if (!event || race.phase !== race.phaseShown) updateStatus(race);
   if (event || race.phase === "failed") scheduleDraw();
 }
 
@@ -237,24 +245,46 @@ function updateStatus(race) {
       ? ": its event loop is running a request, so it cannot even pass progress on. What happened will arrive in a burst"
       : ""}.`;
   }
-  ui.status.textContent = text;
+  if (ui.status.textContent !== text) ui.status.textContent = text; // an unchanged line costs no layout
+  race.phaseShown = race.phase;
 }
 
+// Events arrive in bursts (a response, a batch of probes every 0.1 s). Each drawing repaints the
+// charts, which costs the browser more CPU than anything else it does in a race, so it draws at
+// most 5 times a second and leaves the cores to the race this page is measuring.
+const DRAW_EVERY_MS = 200;
 let drawQueued = false;
+let drawnAt = 0;
 function scheduleDraw() {
   if (drawQueued) return;
   drawQueued = true;
-  requestAnimationFrame(() => {
+  setTimeout(() => requestAnimationFrame(() => {
     drawQueued = false;
+    drawnAt = performance.now();
     draw();
-  });
+  }), Math.max(0, drawnAt + DRAW_EVERY_MS - performance.now()));
 }
 
+// What each chart was last drawn from: a chart is repainted only when that changed. The time axis
+// moves in round steps (1, 2, 5, 10 s...), so while a race runs the timeline changes with each
+// answer, and the tracks with each batch of probes.
+const drawn = { timeline: "", tracks: "" };
+
 function draw() {
+  if (current) updateStatus(current);
   const width = Math.max(300, Math.round(ui.timeline.parentElement.clientWidth));
   const frame = frameFor(current, width);
-  drawTimeline(ui.timeline, current, frame);
-  drawPings(ui.ping, current, frame);
+  const race = current || { responses: [], pings: [], phase: "none", request: {} };
+  const axis = `${width}|${frame.origin}|${frame.span}|${race.phase}|${race.solo}|${race.summary ? 1 : 0}`;
+  const timeline = `${axis}|${race.responses.length}`;
+  const tracks = `${axis}|${race.pings.length}`;
+  if (timeline !== drawn.timeline) drawTimeline(ui.timeline, current, frame);
+  if (tracks !== drawn.tracks) {
+    drawPings(ui.ping, current, frame);
+    drawGil(ui.gil, current, frame);
+  }
+  drawn.timeline = timeline;
+  drawn.tracks = tracks;
 }
 
 function renderSummary(race) {
@@ -274,7 +304,8 @@ function renderNumbers(race) {
     const t = r.body && r.body.timing;
     const w = r.body && r.body.worker;
     const cells = [r.index, w ? `${threadLabel(w.thread)}, pid ${w.pid}` : "–", t ? t.queued_ms.toFixed(1) : "–",
-      t ? t.run_ms.toFixed(1) : "–", ((r.received - r.sent) * 1000).toFixed(1), r.status];
+      t ? t.run_ms.toFixed(1) : "–", t && t.cpu_ms !== null ? t.cpu_ms.toFixed(1) : "–",
+      ((r.received - r.sent) * 1000).toFixed(1), r.status];
     for (const cell of cells) tr.append(html("td", String(cell)));
     return tr;
   });

@@ -1,6 +1,21 @@
-// The ping track: how long each /ping probe waited during the race, on the timeline's time axis.
+// The tracks under the timeline, on its time axis: how long /ping waited during the race, and how
+// contended the server's GIL was. Both are drawn from the load generator's batches of probes (one
+// per 100 ms: the worst wait and the GIL reading), not from each of the hundreds of probes.
 
 import { NOTICEABLE_MS, el } from "./format.js";
+
+// Numbers the tests and tools read from the track: probes, and their waits.
+function describe(svg, race) {
+  const batches = race ? race.pings : [];
+  const count = batches.reduce((n, b) => n + b.count, 0);
+  const failed = batches.reduce((n, b) => n + b.failed, 0);
+  const worst = batches.reduce((m, b) => Math.max(m, b.max_ms ?? 0), 0);
+  const s = race && race.summary;
+  svg.dataset.count = String(count);
+  svg.dataset.maxMs = worst.toFixed(3);
+  svg.dataset.p50Ms = String(s && s.ping_p50_ms !== null ? s.ping_p50_ms : 0);
+  return { batches, failed, worst };
+}
 
 export function drawPings(svg, race, f) {
   svg.replaceChildren();
@@ -10,14 +25,9 @@ export function drawPings(svg, race, f) {
   const height = bottom + 8;
   svg.setAttribute("viewBox", `0 0 ${f.width} ${height}`);
   svg.setAttribute("height", height);
-  const pings = race ? race.pings.filter((p) => p.status === 200) : [];
-  const values = pings.map((p) => p.ms).sort((a, b) => a - b);
-  const max = values.length ? values[values.length - 1] : 0;
-  svg.dataset.count = String(pings.length);
-  svg.dataset.maxMs = max.toFixed(3);
-  svg.dataset.p50Ms = values.length ? values[Math.floor((values.length - 1) / 2)].toFixed(3) : "0";
+  const { batches, failed, worst } = describe(svg, race);
   const lo = 0.1;
-  const hi = Math.max(1000, 10 ** Math.ceil(Math.log10(Math.max(max, 1))));
+  const hi = Math.max(1000, 10 ** Math.ceil(Math.log10(Math.max(worst, 1))));
   const y = (value) => bottom - ((Math.log10(Math.min(hi, Math.max(lo, value))) - Math.log10(lo))
     / (Math.log10(hi) - Math.log10(lo))) * plotH;
 
@@ -36,12 +46,13 @@ export function drawPings(svg, race, f) {
   el("line", { x1: f.left, x2: f.width - f.right, y1: bottom, y2: bottom, class: "baseline" }, svg);
   if (!race || f.origin === null) return;
 
-  // One column per probe, as wide as it waited and as tall as its (log) wait:
-  // a flat fringe when the loop is free, a comb of GIL hand-offs, a wall when blocked.
+  // The worst probe of each batch, as wide as it waited and as tall as its (log) wait: a flat
+  // fringe when the loop is free, a comb of GIL hand-offs, a wall when the loop is blocked.
   let fast = "";
   let slow = "";
-  for (const p of pings) {
-    if (p.received < f.origin) continue;
+  for (const batch of batches) {
+    const p = batch.worst;
+    if (!p || p.received < f.origin) continue;
     const x0 = f.x(p.sent);
     const w = Math.max(1.2, f.x(p.received) - x0);
     const rect = `M${x0.toFixed(1)} ${bottom}V${y(p.ms).toFixed(1)}h${w.toFixed(1)}V${bottom}Z`;
@@ -50,6 +61,42 @@ export function drawPings(svg, race, f) {
   }
   el("path", { d: fast, class: "ping" }, svg);
   el("path", { d: slow, class: "ping slow" }, svg);
-  const failed = race.pings.length - pings.length;
   if (failed) el("text", { x: f.left + 4, y: top + 12, class: "failed-label" }, svg, `${failed} /ping failed`);
+}
+
+// The GIL meter (gilknocker in the server process), 0 to 1, as the probes' answers reported it:
+// one step per batch, from the first probe to the last answer it covers.
+export function drawGil(svg, race, f) {
+  svg.replaceChildren();
+  const top = 8;
+  const plotH = f.narrow ? 36 : 44;
+  const bottom = top + plotH;
+  const height = bottom + 6;
+  svg.setAttribute("viewBox", `0 0 ${f.width} ${height}`);
+  svg.setAttribute("height", height);
+  const y = (value) => bottom - Math.max(0, Math.min(1, value)) * plotH;
+  const grid = el("g", { class: "grid" }, svg);
+  for (const v of [0, 0.5, 1]) {
+    el("line", { x1: f.left, x2: f.width - f.right, y1: y(v), y2: y(v) }, grid);
+    el("text", { x: f.left - 6, y: y(v) + 4, "text-anchor": "end" }, grid, String(v));
+  }
+  el("text", { x: 4, y: top + 12, class: "lane-label" }, svg, f.narrow ? "GIL" : "GIL contention");
+  const readings = race ? race.pings.filter((b) => b.gil !== null && b.gil !== undefined) : [];
+  svg.dataset.count = String(readings.length);
+  svg.dataset.max = readings.length ? String(Math.max(...readings.map((b) => b.gil))) : "";
+  if (!race || f.origin === null) return;
+  if (!readings.length) {
+    if (race.pings.length) {
+      el("text", { x: f.left + 4, y: top + 12, class: "placeholder" }, svg, "not measured by this server");
+    }
+    return;
+  }
+  let d = "";
+  for (const b of readings) {
+    if (b.to < f.origin) continue;
+    const x0 = f.x(b.from);
+    const w = Math.max(1, f.x(b.to) - x0);
+    d += `M${x0.toFixed(1)} ${bottom}V${y(b.gil).toFixed(1)}h${w.toFixed(1)}V${bottom}Z`;
+  }
+  el("path", { d, class: "gil" }, svg);
 }

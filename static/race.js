@@ -3,9 +3,18 @@
 
 export function newRace(request) {
   return {
-    request, phase: "connecting", solo: null, server: null, responses: [], pings: [],
+    // pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil}), as the load generator sends them
+    request, phase: "connecting", solo: null, server: null, capacity: null, responses: [], pings: [],
     summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
   };
+}
+
+// One probe as a batch of one, so the tracks draw single "ping" events and "pings" batches alike.
+function batchOfOne(ping) {
+  const ok = ping.status === 200;
+  return { from: ping.sent, to: ping.received, count: 1, failed: ok ? 0 : 1, p50_ms: ok ? ping.ms : null,
+    max_ms: ok ? ping.ms : null, worst: ok ? { sent: ping.sent, received: ping.received, ms: ping.ms } : null,
+    gil: ping.gil ?? null };
 }
 
 // Fold one event into the race; false for an event this page does not know.
@@ -18,12 +27,16 @@ function apply(race, event) {
       race.phase = "racing";
       race.solo = event.solo_s;
       race.server = event.server;
+      race.capacity = event.capacity || null;
       return true;
     case "response":
       race.responses.push(event);
       return true;
-    case "ping":
+    case "pings": // the load generator's summary of the probes of the last 100 ms
       race.pings.push(event);
+      return true;
+    case "ping":
+      race.pings.push(batchOfOne(event));
       return true;
     case "done":
       race.phase = "done";

@@ -14,8 +14,9 @@ export function frameFor(race, width, fixedSpan = null) {
   let latest = null;
   if (race) {
     const sent = race.responses.map((r) => r.sent);
-    origin = sent.length ? Math.min(...sent) : race.pings.length ? race.pings[0].sent : null;
-    const ends = race.responses.map((r) => r.received).concat(race.pings.map((p) => p.received));
+    // (race.pings holds batches of probes: the first one sent at `from`, the last answered at `to`.)
+    origin = sent.length ? Math.min(...sent) : race.pings.length ? race.pings[0].from : null;
+    const ends = race.responses.map((r) => r.received).concat(race.pings.map((batch) => batch.to));
     latest = ends.length ? Math.max(...ends) : origin;
   }
   let span = origin === null ? 1 : latest - origin;
@@ -174,6 +175,12 @@ export function drawTimeline(svg, race, f) {
   }
 }
 
+// The share of a run spent computing (its CPU time over its run time), or null where nothing computed.
+function computedShare(timing) {
+  if (timing.cpu_ms === null || timing.cpu_ms === undefined || !(timing.run_ms > 0)) return null;
+  return Math.max(0, Math.min(1, timing.cpu_ms / timing.run_ms));
+}
+
 function drawBar(bars, clients, response, f, y, h, colour, race) {
   const body = response.body || {};
   const timing = body.timing;
@@ -189,6 +196,7 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
     "data-status": response.status,
     "data-queued-ms": timing ? timing.queued_ms : "",
     "data-run-ms": timing ? timing.run_ms : "",
+    "data-cpu-ms": timing && timing.cpu_ms !== null && timing.cpu_ms !== undefined ? timing.cpu_ms : "",
   }, bars);
   const title = el("title", {}, bar);
   if (timing && response.status === 200) {
@@ -199,8 +207,20 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
       el("rect", { x: xr, y: y + pad, width: xs - xr, height: h - 2 * pad, fill: `url(#hatch-${PALETTE.indexOf(colour)})`,
         stroke: colour, class: "queue" }, bar);
     }
-    el("rect", { x: xs, y: y + pad, width: Math.max(1.5, xf - xs), height: h - 2 * pad, fill: colour, class: "run" }, bar);
-    title.textContent = `request ${response.index}: waited ${ms(timing.queued_ms)} for a worker, ran ${ms(timing.run_ms)} `
+    const width = Math.max(1.5, xf - xs);
+    const computed = computedShare(timing);
+    if (computed === null) {
+      el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run" }, bar);
+    } else {
+      // Started, then computing for cpu_ms of it: the pale rest is time the run waited while started,
+      // for the GIL or for a core. Where in the run the waits fell is not known; their sum is.
+      el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run started" }, bar);
+      el("rect", { x: xs, y: y + pad, width: Math.max(1, width * computed), height: h - 2 * pad, fill: colour,
+        class: "run computing" }, bar);
+    }
+    const cpu = computed === null ? "" : `, computing ${ms(timing.cpu_ms)} of it (${Math.round(100 * (1 - computed))}% `
+      + "waiting while started)";
+    title.textContent = `request ${response.index}: waited ${ms(timing.queued_ms)} for a worker, ran ${ms(timing.run_ms)}${cpu} `
       + `on ${worker.thread} of pid ${worker.pid}; the client waited ${ms((response.received - response.sent) * 1000)}`;
   } else {
     const xa = f.x(response.sent);

@@ -21,7 +21,8 @@ TINY = ["--workload", "sleep", "-p", "seconds=0.05"]
 # The fields the page's race driver relies on (bench/race.py EVENTS): they may grow, never shrink.
 RACE_FIELDS = {"event", "url", "mode", "workload", "params", "concurrency", "solo_s", "server"}
 RESPONSE_FIELDS = {"event", "index", "sent", "received", "status", "body"}
-PING_FIELDS = {"event", "sent", "received", "ms", "status"}
+PING_FIELDS = {"event", "sent", "received", "ms", "status", "gil"}
+PINGS_FIELDS = {"event", "count", "failed", "from", "to", "p50_ms", "max_ms", "worst", "gil"}
 SUMMARY_FIELDS = {
     "mode", "workload", "concurrency", "solo_s", "elapsed_s", "mean_s", "shortest_s", "longest_s",
     "transactions", "failed", "ideal_s", "ratio", "cores", "processes", "lanes", "worker_pids",
@@ -41,17 +42,28 @@ def test_jsonl_stream_keeps_the_page_contract(start_server: StartServer) -> None
     events = [json.loads(line) for line in done.stdout.splitlines()]  # every line is JSON
     kinds = [e["event"] for e in events]
     assert kinds[0] == "race" and kinds[-1] == "done"
-    assert set(kinds) == {"race", "response", "ping", "done"}
+    assert set(kinds) == {"race", "response", "pings", "done"}  # probes in batches (--ping-batch 0.1)
     assert set(events[0]) >= RACE_FIELDS
     assert events[0]["mode"] == "processing" and events[0]["params"] == {"seconds": "0.05"}
     responses = [e for e in events if e["event"] == "response"]
     assert sorted(r["index"] for r in responses) == [0, 1, 2, 3]
     assert all(set(r) >= RESPONSE_FIELDS and r["status"] == 200 for r in responses)
     assert all(r["body"]["mode"] == "processing" for r in responses)
-    assert all(set(e) >= PING_FIELDS for e in events if e["event"] == "ping")
+    assert all(set(e) >= PINGS_FIELDS for e in events if e["event"] == "pings")
     summary = events[-1]["summary"]
     assert set(summary) >= SUMMARY_FIELDS
     assert summary["transactions"] == 4 and summary["failed"] == 0 and summary["ratio"] > 0
+
+
+def test_without_batching_every_probe_is_an_event_with_the_gil_reading(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--no-access-log")
+    done = run([*RACE, "--url", lab.url, "--mode", "threading", *TINY, "-c", "2", "--jsonl", "--ping-batch", "0"])
+    assert done.returncode == 0, done.stderr
+    pings = [event for line in done.stdout.splitlines() if (event := json.loads(line))["event"] == "ping"]
+    assert pings and all(set(p) >= PING_FIELDS for p in pings)
+    assert not any('"pings"' in line for line in done.stdout.splitlines())
+    summary = json.loads(done.stdout.splitlines()[-1])["summary"]
+    assert summary["ping_count"] == len(pings)
 
 
 def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: StartServer, tmp_path: Path) -> None:

@@ -1,0 +1,43 @@
+"""This machine's parallel capacity (bench/capacity.py) and the ideal it leaves reachable (bench/ideal.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.capacity import Capacity, measure
+from bench.engine import Ping, ping_batch_event
+from bench.ideal import ideal_makespan, reachable_makespan
+
+FACTS = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "releases_gil": {}, "waits": {}}
+
+
+def test_a_measure_runs_copies_at_once_and_alone() -> None:
+    found = measure(2, rounds=1)
+    assert found.copies == 2 and found.solo_s > 0 and found.together_s > 0
+    assert found.slowdown >= 1.0 and 0 < found.effective_cores <= 2
+
+
+def test_one_core_has_nothing_to_measure() -> None:
+    assert measure(1) == Capacity(1, 0.0, 0.0, 1.0)
+
+
+def test_a_slower_machine_stretches_each_round_of_the_ideal() -> None:
+    half = Capacity(copies=2, solo_s=1.0, together_s=1.5, slowdown=1.5)
+    assert (half.at_once(1), half.at_once(2), half.at_once(5)) == (1.0, 1.5, 1.5)
+    # 10 runs, 2 at a time: 5 rounds, each 1.5 t here instead of t.
+    assert ideal_makespan("processing", "count", FACTS, 1.0, 10) == 5.0
+    assert reachable_makespan("processing", "count", FACTS, 1.0, 10, at_once=half.at_once) == pytest.approx(7.5)
+    # 9 runs: 4 full rounds and one run alone.
+    assert reachable_makespan("processing", "count", FACTS, 1.0, 9, at_once=half.at_once) == pytest.approx(7.0)
+    # One at a time (blocking): the machine's parallel capacity does not matter.
+    assert reachable_makespan("blocking", "count", FACTS, 1.0, 10, at_once=half.at_once) == 10.0
+    perfect = Capacity(copies=2, solo_s=1.0, together_s=1.0, slowdown=1.0)
+    assert reachable_makespan("processing", "count", FACTS, 1.0, 10, at_once=perfect.at_once) == 5.0
+
+
+def test_a_batch_of_probes_keeps_the_worst_wait_and_the_gil_reading() -> None:
+    batch = [Ping(1.0, 1.002, 2.0, 200, 0.1), Ping(1.01, 1.31, 300.0, 200, 0.9), Ping(1.32, 1.33, 0.0, 0, None)]
+    event = ping_batch_event(batch)
+    assert event["event"] == "pings" and (event["count"], event["failed"]) == (3, 1)
+    assert event["worst"] == {"sent": 1.01, "received": 1.31, "ms": 300.0} and event["max_ms"] == 300.0
+    assert (event["from"], event["to"], event["gil"]) == (1.0, 1.33, 0.9)

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install run test lint format bench system-deps clean
+.PHONY: install peers run test lint format bench compare system-deps clean
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -15,7 +15,15 @@ $(VENV)/.runtime: requirements.txt
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	@touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+## peers: uWSGI (built from its source), gunicorn and gevent in .venv, for bench/compare.py
+peers: $(VENV)/.peers
+
+$(VENV)/.peers: $(VENV)/.runtime requirements-peers.txt
+	@scripts/system-deps.sh build $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements-peers.txt
+	@touch $@
+
+$(VENV)/.dev: $(VENV)/.peers requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
@@ -44,6 +52,11 @@ format: $(VENV)/.dev
 bench: install
 	@scripts/system-deps.sh siege
 	bench/siege.sh $(ARGS)
+
+## compare: the lab, uWSGI and gunicorn side by side (bench/compare.py; ARGS="--preset grid", "--quick"...)
+compare: peers
+	@scripts/system-deps.sh siege
+	$(BIN)/python -m bench.compare $(ARGS)
 
 ## system-deps: siege and chromium from apt, when missing
 system-deps:

@@ -281,3 +281,38 @@ def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """bench.compare's rows as bars: makespan against the ideal, and the worst /ping wait, one colour per server."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
+    servers = list(dict.fromkeys(r["server"] for r in rows))
+    colours = {server: OKABE_ITO[i % len(OKABE_ITO)] for i, server in enumerate(servers)}
+    labels = [f"{r['server']} {r['config']} · {r['workload']} ×{r['concurrency']}" for r in rows]
+    fig, (ratio, ping) = plt.subplots(
+        1, 2, figsize=(12, 1.2 + 0.34 * len(rows)), sharey=True, layout="constrained", gridspec_kw={"wspace": 0.02}
+    )
+    places = list(range(len(rows)))
+    fills = [colours[r["server"]] for r in rows]
+    ratio.barh(places, [r["ratio"] for r in rows], color=fills, edgecolor=INK, linewidth=0.5)
+    ratio.axvline(1.0, color=INK, linestyle="--", linewidth=1)
+    for place, row in zip(places, rows, strict=True):
+        spread = "/".join(str(n) for n in sorted(row["spread"].values(), reverse=True))
+        ratio.text(row["ratio"], place, f" {row['elapsed_s']:.2f} s · {spread}", va="center", fontsize=7)
+    ratio.set_yticks(places, labels, fontsize=8)
+    ratio.invert_yaxis()
+    ratio.set_xlabel("makespan / ideal (1 = the best this server's model allows)")
+    ratio.grid(True, axis="x", alpha=0.3)
+    worst = [max(r["ping_max_ms"] or 0.1, 0.1) for r in rows]
+    ping.barh(places, worst, color=fills, edgecolor=INK, linewidth=0.5, hatch="//", alpha=0.8)
+    ping.set_xscale("log")
+    ping.axvline(100, color=INK, linestyle=":", linewidth=1)
+    ping.set_xlabel("worst /ping wait during the burst, ms (dotted: a person notices)")
+    ping.grid(True, axis="x", which="both", alpha=0.3)
+    ratio.legend(handles=[Patch(facecolor=colours[s], edgecolor=INK, label=s) for s in servers], loc="lower right",
+                 fontsize=8)  # fmt: skip
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

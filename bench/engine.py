@@ -239,6 +239,9 @@ def race(
     warmup_s: float = 0.0,
     measure_capacity: bool = True,
     on_event: Callable[[Event], None] | None = None,
+    url: str | None = None,
+    server: dict[str, Any] | None = None,
+    solo_after: bool = False,
 ) -> tuple[Summary, list[Response], list[Ping]]:
     """Run one race; `on_event` sees every event as it happens (for streaming and progress).
 
@@ -250,11 +253,22 @@ def race(
     time, so a consumer writing lines never interleaves two of them. With
     `ping_batch` > 0 the probes are reported as one "pings" event per that
     many seconds (a page drawing them need not see each of hundreds).
+
+    With `solo_after`, `t` is the median of solo runs before the race and as
+    many after it (as bench/siege.sh does): on a host whose speed drifts,
+    runs timed on both sides of the race stand for it better than runs
+    before it alone.
+
+    Another server (bench/compare.py's uWSGI and gunicorn) is raced with its
+    own `url` and the `server` facts of the lab mode whose capacity model
+    describes it (e.g. uWSGI's `--processes 2` is "blocking" in 2 processes):
+    it has no /stats to read them from.
     """
     emit = _serialised(on_event)
     base = base.rstrip("/")
-    server = server_facts(base, timeout)
-    url = mode_url(base, mode, workload, params)
+    given = server
+    server = given or server_facts(base, timeout)
+    url = url or mode_url(base, mode, workload, params)
     if warmup_s > 0:
         warm_up(url, int(server["cpu_count"]), warmup_s, timeout)
     # The median of a few: one solo run is often slowed by something else.
@@ -262,7 +276,7 @@ def race(
     solo_s = median(samples)
     # Once more, as the race will find it: the first request may have started
     # what the mode runs on (the embedded Dask cluster starts on first use).
-    server = server_facts(base, timeout)
+    server = given or server_facts(base, timeout)
     name = ran(mode, workload)
     able = lanes(mode, name, server)
     # Only where runs could go at once does the machine's parallel capacity matter.
@@ -289,6 +303,10 @@ def race(
     responses, pings = _fire(
         base, url, concurrency, reps, ping_every=ping_every, ping_batch=ping_batch, timeout=timeout, emit=emit
     )
+    if solo_after:
+        after, _ = solo_samples(url, max(1, solo_runs), timeout)
+        samples = samples + after
+        solo_s = median(samples)
     summary = summarise(
         mode=mode,
         workload=workload,

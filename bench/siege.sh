@@ -195,21 +195,7 @@ FORKED_URL=${FORKED_URL%/}
 
 # --- siege -------------------------------------------------------------------------------------
 # Our own rc file (-R): a user's ~/.siege/siege.conf must not change what is measured.
-cat >"$OUT/siegerc" <<'EOF'
-# Written by bench/siege.sh; siege runs with this file (-R), not ~/.siege/siege.conf.
-json_output = true
-parser = false
-delay = 0
-connection = close
-protocol = HTTP/1.1
-cache = false
-logging = false
-show-logfile = false
-verbose = false
-color = off
-timeout = 600
-failures = 1024
-EOF
+step siegerc --dir "$OUT"
 
 bench_endpoint() {  # NAME BASE MODE
     local name=$1 base=$2 mode=$3 url rc=0 p

@@ -37,6 +37,25 @@ TABLE = (*COLUMNS, SPREAD_COLUMN)
 SIEGE_KEYS = ("transactions", "elapsed_time", "response_time", "shortest_transaction", "longest_transaction")
 
 
+# siege's settings for every run of the lab's: its own rc file (-R), so that a user's
+# ~/.siege/siege.conf cannot change what is measured (siege.sh's `siegerc` step writes it).
+SIEGERC = """\
+# Written by the lab's bench; siege runs with this file (-R), not ~/.siege/siege.conf.
+json_output = true
+parser = false
+delay = 0
+connection = close
+protocol = HTTP/1.1
+cache = false
+logging = false
+show-logfile = false
+verbose = false
+color = off
+timeout = 600
+failures = 1024
+"""
+
+
 class StepError(RuntimeError):
     """A step cannot go on; its message is shown to the user as is."""
 
@@ -251,6 +270,12 @@ def _read(path: Path) -> str | None:
     return path.read_text() if path.exists() else None
 
 
+def siegerc(args: argparse.Namespace) -> int:
+    """DIR/siegerc: the settings siege runs with (SIEGERC)."""
+    (args.dir / "siegerc").write_text(SIEGERC)
+    return 0
+
+
 def ready(args: argparse.Namespace) -> int:
     """Wait until the server `--pid` (started with setsid) serves on every process; print its URL."""
     try:
@@ -330,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     step.add_argument("--argv", default="", help="the bench command line, recorded as is")
     step.set_defaults(run=machine)
+
+    step = steps.add_parser("siegerc", help="write the rc file siege runs with")
+    step.add_argument("--dir", type=Path, required=True)
+    step.set_defaults(run=siegerc)
     return parser
 
 

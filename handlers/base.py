@@ -121,7 +121,7 @@ class LabHandler(JsonHandler):
 def not_found(path: str) -> LabError:
     """The 404 for a path nothing serves, naming what does (every mode in the registry)."""
     modes = ", ".join(f"/{name}" for name in MODES)
-    routes = f"/, /ping, /workloads, /modes, /stats, /metrics, {modes} or /{{mode}}/{{workload}}"
+    routes = f"/, /ping, /workloads, /modes, /stats, /metrics, /compare, {modes} or /{{mode}}/{{workload}}"
     return LabError(404, f"no route for {path[:200]!r}; try {routes}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from handlers.base import LabHandler
 from lab.gil import gil_enabled
@@ -10,13 +11,18 @@ from lab.modes import MODES
 from workloads.registry import WORKLOADS
 
 
+def described() -> list[dict[str, Any]]:
+    """Every workload as /workloads lists it (the peers' WSGI app lists them alike)."""
+    # Whether threads share a GIL at all: on a free-threaded interpreter
+    # (gil_enabled false) every workload runs in parallel in threads.
+    enabled = gil_enabled()
+    return [{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]
+
+
 class WorkloadsHandler(LabHandler):
     def get(self) -> None:
-        # Whether threads share a GIL at all: on a free-threaded interpreter
-        # (gil_enabled false) every workload runs in parallel in threads.
-        enabled = gil_enabled()
         # A top-level JSON list (RequestHandler.write only serialises dicts).
-        self.finish(json.dumps([{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]))
+        self.finish(json.dumps(described()))
 
 
 class ModesHandler(LabHandler):

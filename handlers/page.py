@@ -14,7 +14,8 @@ PAGE = STATIC / "index.html"
 ASSETS = {
     # The page's ES modules (static/app.js imports the others; no build step).
     **dict.fromkeys(
-        ("app.js", "format.js", "race.js", "timeline.js", "pings.js", "words.js"), "text/javascript; charset=UTF-8"
+        ("app.js", "format.js", "race.js", "timeline.js", "pings.js", "words.js", "peers.js"),
+        "text/javascript; charset=UTF-8",
     ),
     "style.css": "text/css; charset=UTF-8",
     "favicon.svg": "image/svg+xml",

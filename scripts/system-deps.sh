@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the lab needs, only when missing.
 #   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
+#   scripts/system-deps.sh build PYTHON  a C compiler and PYTHON's headers, to build uWSGI from its source
 #   scripts/system-deps.sh siege chromium
 set -euo pipefail
 
@@ -29,6 +30,17 @@ venv)
         version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
         apt_install "python${version}-venv"
     fi
+    ;;
+build)
+    python="${2:-python3}"
+    missing=()
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    headers=$("$python" -c 'import sysconfig; print(sysconfig.get_path("include"))')
+    if [ ! -f "$headers/Python.h" ]; then
+        version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        missing+=("python${version}-dev")
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
     ;;
 *)
     missing=()

@@ -3,6 +3,7 @@
 // the drawing from timeline.js and pings.js, the words from words.js.
 
 import { $, html, ms, plural, roundSpan, sec, SVG_NS, threadLabel } from "./format.js";
+import { showPeers } from "./peers.js";
 import { drawGil, drawPings } from "./pings.js";
 import { startRace } from "./race.js";
 import { drawDefs, drawTimeline, frameFor } from "./timeline.js";
@@ -33,6 +34,9 @@ const ui = {
   comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
   thumbnails: $("#thumbnails"),
+  peers: $("#peers"),
+  peersView: $("#peers-view"),
+  peersStatus: $("#peers-status"),
 };
 
 // What the server offers: modes (the registry, in order), workloads, limits, its own facts.
@@ -426,6 +430,11 @@ async function init() {
   ui.stop.addEventListener("click", () => {
     stopped = true;
     if (running) running.stop();
+  });
+  ui.peers.addEventListener("toggle", () => {
+    if (ui.peers.open) showPeers(ui.peersView, ui.peersStatus).catch((error) => {
+      ui.peersStatus.textContent = `Could not load the comparison: ${error.message}`;
+    });
   });
   ui.mode.addEventListener("change", renderModeNotes);
   ui.workload.addEventListener("change", renderModeNotes);

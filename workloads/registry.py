@@ -107,8 +107,8 @@ class RunRecord(TypedDict):
     thread: str
     started: float
     finished: float
-    # CPU seconds the run took where it ran (its thread's, or its process's).
-    cpu: float
+    # CPU seconds the run took where it ran (its thread's, or its process's); None where nothing ran.
+    cpu: float | None
     # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
     address: NotRequired[str]
 

@@ -1,0 +1,295 @@
+"""The servers a comparison runs: the lab, uWSGI and gunicorn, each started as a user starts it, always stopped.
+
+A Setup is one configuration of one server and how the lab's ideal sees it
+(the lab mode whose capacity model describes it: uWSGI's `--processes 2` is
+"blocking" in two processes, gunicorn's gthread is "threading"). A Running
+server is its process group, started from the project root in a session of
+its own, its address read from its own log (every one binds port 0: the OS
+picks), watched while a burst runs (peak processes, threads, RSS; uWSGI's
+per-worker numbers from its stats socket, as uwsgitop reads them), and
+stopped with its whole group however the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.servers import ServerError, log_tail, stop_group
+from lab import ROOT, loopback
+
+BIN = Path(sys.executable).parent
+# How each server says where it listens, in its log.
+ADDRESS = {
+    "lab": re.compile(r"serving on (http://[^/\s]+)/"),
+    "uwsgi": re.compile(r"bound to TCP address (\S+)"),
+    "gunicorn": re.compile(r"Listening at: (http://\S+)"),
+}
+# Sampling the server's tree costs CPU on the machine being measured: ten times a second is plenty.
+SAMPLE_EVERY_S = 0.1
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One configuration of one server, and how the lab's ideal sees it."""
+
+    server: str  # "lab", "uwsgi" or "gunicorn"
+    config: str  # as people name it: "-p 2", "sync -w 2", "--processes 2, /threading"
+    argv: tuple[str, ...]  # its command line, run from the project root (binding port 0 where it binds)
+    path: str  # where a workload's requests go: "/processing", "/wsgi"; "/async" for the lab's waits
+    mode: str  # the lab mode whose capacity describes it (lab/modes.py), for the ideal
+    processes: int = 1
+    threads: int = 1
+    serves: frozenset[str] = frozenset({"cpu"})  # which loads it takes part in: "cpu", "io"
+
+    def url(self, base: str, workload: str, params: dict[str, str]) -> str:
+        """One request of this load: the lab's /async takes only the upstream's delay."""
+        name = "" if self.path == "/async" else f"/{workload}"
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"{base}{self.path}{name}" + (f"?{query}" if query else "")
+
+    def facts(self, listed: list[dict[str, Any]]) -> dict[str, Any]:
+        """A peer's facts as the ideal reads them (a lab server reports its own at /stats)."""
+        return {
+            "cpu_count": len(os.sched_getaffinity(0)),
+            "processes": self.processes,
+            "thread_pool": self.threads,
+            "process_pool": 1,
+            "gil_enabled": all(w.get("gil_enabled", True) for w in listed),
+            # The upstream call only waits, and waits without the GIL.
+            "releases_gil": {**{w["name"]: w["releases_gil"] for w in listed}, "upstream": True},
+            "waits": {**{w["name"]: w["waits"] for w in listed}, "upstream": True},
+        }
+
+
+def lab(config: str, path: str, mode: str, *flags: str, serves: frozenset[str] = frozenset({"cpu"})) -> Setup:
+    argv = (sys.executable, "server.py", "--port", "0", "--no-access-log", "--grace", "5", *flags)
+    return Setup("lab", config, argv, path, mode, serves=serves)
+
+
+def uwsgi(ini: str, config: str, mode: str, processes: int, threads: int = 1, *, serves: frozenset[str]) -> Setup:
+    argv = [str(BIN / "uwsgi"), "--ini", f"peers/{ini}", "--http-socket", "127.0.0.1:0", "--processes", str(processes)]
+    if threads > 1:
+        argv += ["--threads", str(threads)]
+    return Setup("uwsgi", config, tuple(argv), "/wsgi", mode, processes, threads, serves)
+
+
+def gunicorn(conf: str, config: str, mode: str, workers: int, threads: int = 1, *, serves: frozenset[str]) -> Setup:
+    argv = [str(BIN / "gunicorn"), "-c", f"peers/{conf}", "--bind", "127.0.0.1:0", "-w", str(workers)]
+    if threads > 1:
+        argv += ["--threads", str(threads)]
+    return Setup("gunicorn", config, tuple(argv), "/wsgi", mode, workers, threads, serves)
+
+
+@dataclass
+class Peaks:
+    """The most the server's process group had at once while a burst ran."""
+
+    processes: int = 0
+    threads: int = 0
+    rss_mb: float = 0.0
+
+
+class Watcher:
+    """Samples a running server's tree between start() and stop(): its peak processes, threads, RSS (MB, summed)."""
+
+    def __init__(self, server: Running) -> None:
+        self.server = server
+        self.peaks = Peaks()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="peaks", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        peaks = self.peaks
+        while not self._stop.is_set():
+            processes = self.server.tree()
+            threads = rss = 0
+            for process in processes:
+                with contextlib.suppress(psutil.Error):
+                    threads += process.num_threads()
+                    rss += process.memory_info().rss
+            peaks.processes = max(peaks.processes, len(processes))
+            peaks.threads = max(peaks.threads, threads)
+            peaks.rss_mb = max(peaks.rss_mb, round(rss / 2**20, 1))
+            self._stop.wait(SAMPLE_EVERY_S)
+
+    def stop(self) -> Peaks:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.peaks
+
+
+@dataclass
+class Running:
+    setup: Setup
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    url: str = ""
+    stats_socket: Path | None = None  # uWSGI's, for uwsgitop's view
+
+    @classmethod
+    def start(cls, setup: Setup, folder: Path, upstream: str, timeout: float = 120.0) -> Running:
+        """Start `setup` from the project root, logging to `folder`; returns once it answers /ping."""
+        name = re.sub(r"[^a-z0-9]+", "-", f"{setup.server} {setup.config}".lower()).strip("-")
+        log_path = folder / f"{name}.log"
+        argv = list(setup.argv)
+        stats = None
+        if setup.server == "uwsgi":
+            stats = folder / f"{name}.stats.sock"
+            argv += ["--stats", str(stats)]  # a socket of this run's own, not the ini's 127.0.0.1:9191
+        if setup.server == "lab":
+            argv += ["--upstream", upstream]
+        env = {**os.environ, "LAB_UPSTREAM": upstream}
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True, env=env)  # fmt: skip
+        running = cls(setup, process, log_path, stats_socket=stats)
+        try:
+            running._wait_ready(timeout)
+        except BaseException:
+            running.stop()
+            raise
+        return running
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise ServerError(f"{self.setup.server} {self.setup.config} exited at start-up; its log ends:\n"
+                                  f"{log_tail(self.log_path)}")  # fmt: skip
+            if not self.url:
+                found = ADDRESS[self.setup.server].search(self.log_path.read_text(errors="replace"))
+                if found:
+                    address = found.group(1)
+                    self.url = address if address.startswith("http") else f"http://{address}"
+            if self.url and self._answers():
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(f"{self.setup.server} {self.setup.config} not ready after {timeout:g} s; its log "
+                                  f"ends:\n{log_tail(self.log_path)}")  # fmt: skip
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        # Every server process of a forked lab, or just an answer from a peer.
+        if self.setup.server == "lab":
+            from bench.servers import all_serving  # noqa: PLC0415
+
+            return all_serving(self.url)
+        try:
+            with loopback.urlopen(f"{self.url}/ping", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    def tree(self) -> list[psutil.Process]:
+        """The server's process and its descendants (master and workers; forked children and pools)."""
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.process.pid)
+            return [root, *root.children(recursive=True)]
+        return []
+
+    def group(self) -> list[psutil.Process]:
+        """The server's live processes, its whole session: what must be gone once it is stopped."""
+        found = []
+        for process in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getsid(process.pid) == self.process.pid and process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+        return found
+
+    def watch(self) -> Watcher:
+        """A sampler of this server's peak processes, threads and RSS, to start and stop around a burst."""
+        return Watcher(self)
+
+    def stop(self) -> list[int]:
+        """Stop the whole group (SIGTERM, then SIGKILL); the pids still alive after that, if any."""
+        stop_group(self.process.pid, 15.0, reap=self.process.poll)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+        return [p.pid for p in self.group()]
+
+
+def uwsgi_stats(path: Path) -> dict[str, Any] | None:
+    """What uwsgitop reads: uWSGI's stats server's JSON (per worker: id, pid, requests, status...)."""
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2)
+            sock.connect(str(path))
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        doc: dict[str, Any] = json.loads(b"".join(chunks))
+        return doc
+    except (OSError, ValueError):
+        return None
+
+
+class WorkerView:
+    """uwsgitop's view of a burst: per uWSGI worker, the requests it served and how often it was busy."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.before: dict[int, int] = {}
+        self.after: dict[int, int] = {}
+        self.pids: dict[int, int] = {}
+        self.busy: dict[int, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> dict[int, dict[str, Any]]:
+        doc = uwsgi_stats(self.path) or {}
+        return {int(w["id"]): w for w in doc.get("workers", [])}
+
+    def start(self) -> None:
+        self.before = {wid: int(w["requests"]) for wid, w in self._read().items()}
+        self._thread = threading.Thread(target=self._run, name="uwsgitop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            workers = self._read()
+            if not workers:
+                continue
+            self.samples += 1
+            for wid, worker in workers.items():
+                self.busy[wid] = self.busy.get(wid, 0) + (worker.get("status") == "busy")
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return  # stopped already: the burst's numbers stay as they were
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        workers = self._read()
+        self.after = {wid: int(w["requests"]) for wid, w in workers.items()}
+        self.pids = {wid: int(w["pid"]) for wid, w in workers.items()}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per worker: id, pid, requests during the burst, share of samples it was busy."""
+        return [
+            {
+                "worker": wid,
+                "pid": self.pids.get(wid),
+                "requests": self.after.get(wid, 0) - self.before.get(wid, 0),
+                "busy": round(self.busy.get(wid, 0) / self.samples, 2) if self.samples else None,
+            }
+            for wid in sorted(self.after)
+        ]

@@ -1,0 +1,18 @@
+"""gunicorn, threaded workers: one process, ten threads (`gunicorn -c peers/gunicorn-gthread.conf.py`).
+
+Threads share a GIL: pure-Python work takes turns, waiting overlaps. Started from the project root;
+command-line flags override what is set here (`-w 2 --threads 4`).
+"""
+
+wsgi_app = "peers.app:application"
+bind = "127.0.0.1:8003"
+worker_class = "gthread"
+workers = 1
+threads = 10
+# A listen queue like the lab's; a request running over 60 s gets its worker killed (the lab's --job-timeout).
+backlog = 1024
+timeout = 60
+# BLAS and OpenMP capped at one thread, as in the lab.
+raw_env = ["OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "MKL_NUM_THREADS=1", "BLIS_NUM_THREADS=1"]
+# No per-user control socket (~/.gunicorn/gunicorn.ctl): two gunicorns at once would share it.
+control_socket_disable = True

@@ -1,0 +1,61 @@
+"""uWSGI and gunicorn beside the lab: real servers, started as users start them, raced by bench/compare.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.compare import ROW_KEYS
+from tests.bench_helpers import Tracked, is_png
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def races(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each row's race (its envelopes), by (server, config)."""
+    found = {}
+    for path in out.glob("race-*.json"):
+        doc = json.loads(path.read_text())
+        found[(doc["row"]["server"], doc["row"]["config"])] = doc
+    return found
+
+
+def test_a_quick_comparison_races_real_peers_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    out = tmp_path / "compare"
+    with Tracked([sys.executable, "-m", "bench.compare", "--quick", "--out", str(out)]) as run:
+        stdout, stderr = run.communicate(timeout=360)
+        assert run.process.returncode == 0, stderr[-3000:]
+        assert run.survivors() == []  # every uWSGI master and worker, every gunicorn arbiter and worker, the upstream
+    rows: list[dict[str, Any]] = json.loads((out / "compare.json").read_text())
+    assert {row["server"] for row in rows} == {"lab", "uwsgi", "gunicorn"}
+    for row in rows:
+        assert set(ROW_KEYS) <= set(row), set(ROW_KEYS) - set(row)
+        assert row["concurrency"] == 10 and row["failed"] == 0 and row["ratio"] > 0
+        assert sum(row["spread"].values()) == 10 and row["peak_processes"] >= 1 and row["rss_mb"] > 0
+    by_config = races(out)
+
+    def workers(server: str, config: str) -> set[tuple[int, str]]:
+        bodies = [r["body"] for r in by_config[(server, config)]["responses"]]
+        assert all(body["mode"] == "wsgi" and body["workload"] == "count" for body in bodies)
+        return {(body["worker"]["pid"], body["worker"]["thread"]) for body in bodies}
+
+    # uWSGI -p 2: the requests ran in two worker processes (uWSGI's worker ids 1 and 2).
+    assert len({pid for pid, _ in workers("uwsgi", "-p 2")}) == 2
+    task_ids = {r["body"]["server"]["task_id"] for r in by_config[("uwsgi", "-p 2")]["responses"]}
+    assert task_ids == {1, 2}
+    # gunicorn gthread: one process, several of its threads.
+    gthread = workers("gunicorn", "gthread -w 1 --threads 10")
+    assert len({pid for pid, _ in gthread}) == 1 and len(gthread) >= 2
+    # uwsgitop's view: the stats socket saw both workers serve the burst (its /ping probes too) and be busy.
+    findings = json.loads((out / "findings.json").read_text())
+    view = next(v for v in findings["workers"] if v["config"] == "-p 2")
+    spread = by_config[("uwsgi", "-p 2")]["row"]["spread"]
+    assert {str(w["pid"]) for w in view["workers"]} == set(spread)
+    assert all(w["requests"] >= spread[str(w["pid"])] and w["busy"] > 0 for w in view["workers"]), view
+    assert findings["findings"] and "## Findings" in (out / "compare.md").read_text()
+    assert is_png(out / "compare.png")
+    assert "wrote" in stdout and "uwsgi" in stdout

@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from handlers.base import LabHandler
-from lab import ROOT
 from lab.errors import LabError
 
-RESULTS = ROOT / "bench" / "results"
 
-
-def latest(results: Path = RESULTS) -> Path | None:
+def latest(results: Path) -> Path | None:
     """The newest bench/results/*/ holding a compare.json and its findings.json, or None."""
     runs = [path.parent for path in results.glob("*/compare.json") if (path.parent / "findings.json").exists()]
     return max(runs, key=lambda run: (run / "compare.json").stat().st_mtime, default=None)
@@ -23,7 +20,7 @@ class CompareHandler(LabHandler):
     """Read-only: what the last `make compare` (or `python -m bench.compare`) measured."""
 
     def get(self) -> None:
-        run = latest()
+        run = latest(self.services.config.results)
         if run is None:
             raise LabError(404, "no comparison yet: run `make compare` (bench/compare.py), then reload")
         try:

@@ -6,8 +6,10 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
+from lab import ROOT
 from lab.accept import POLICIES
 from lab.upstream_client import CLIENTS
 
@@ -28,6 +30,8 @@ DEFAULT_MAX_PENDING = 100
 DEFAULT_JOB_TIMEOUT = 60.0
 DEFAULT_UPSTREAM_TIMEOUT = 15.0
 DEFAULT_GRACE = 10.0
+# Where the bench writes its runs; GET /compare shows the newest comparison found there.
+DEFAULT_RESULTS = ROOT / "bench" / "results"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Config:
     upstream_client: str = "pooled"
     dask_scheduler: str | None = None
     dask_workers: int | None = None  # None: one per core, shared out among forked children
+    results: Path = DEFAULT_RESULTS
 
     @property
     def forked(self) -> bool:
@@ -165,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"worker processes (one thread each) of the embedded cluster, per server process (default: one per "
         f"core, here {cores}, shared out among forked children)",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        metavar="DIR",
+        help="where the page's peers view (GET /compare) looks for the newest bench/compare.py run "
+        "(default: bench/results)",
+    )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
     parser.add_argument(
         "--debug",
@@ -237,4 +250,5 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         upstream_client=args.upstream_client,
         dask_scheduler=args.dask_scheduler,
         dask_workers=args.dask_workers,
+        results=args.results,
     )

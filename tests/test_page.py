@@ -14,6 +14,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 # (chromium_path fails, never skips, when there is no chromium: CI installs it.)
 from bench.page import CHROMIUM_ARGS, Meters, chromium_path, family, settle
 from lab import ROOT
+from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer
 from tests.procs import wait_for
 
@@ -28,8 +29,11 @@ RUN_N = "8000000"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     # Two pool and cluster workers whatever the core count, so their races can use two pids.
-    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--dask-workers", "2", "--no-access-log"],
-                       tmp_path_factory.mktemp("page") / "server.log")  # fmt: skip
+    folder = tmp_path_factory.mktemp("page")
+    write_run(folder / "results", "compare-1", [ROW, {**ROW, "server": "lab", "config": "/processing",
+                                                      "ratio": 1.02, "spread": {"7": 5, "8": 5}}])  # fmt: skip
+    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--dask-workers", "2", "--no-access-log",
+                        "--results", str(folder / "results")], folder / "server.log")  # fmt: skip
     try:
         yield server.start()
     finally:
@@ -201,6 +205,17 @@ def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
     assert all("×" in row for row in rows), rows
     assert page.locator("#thumbnails svg").count() == 5
     screenshot(page, "compare")
+    visit.assert_clean()
+
+
+def test_the_peers_view_shows_the_latest_comparison(visit: Visit) -> None:
+    page = visit.page
+    page.click("#peers > summary")
+    expect(page.locator("#peers-view table tbody tr")).to_have_count(2)
+    assert page.locator("#peers-view .peers-chart .bar").count() == 2
+    assert page.inner_text("#peers-view .findings") == "compare-1 found"
+    assert "bench/results/compare-1" in page.inner_text("#peers-status")
+    screenshot(page, "peers")
     visit.assert_clean()
 
 

@@ -231,23 +231,51 @@ def _processes_findings(rows: list[dict[str, Any]]) -> list[str]:
 
 def _grid_findings(rows: list[dict[str, Any]]) -> list[str]:
     found = []
-    cpu, io = _by(rows, workload="count"), _by(rows, workload="upstream")
+    cpu = sorted(_by(rows, workload="count"), key=lambda r: (r["processes"], r["threads"]))
+    io = sorted(_by(rows, workload="upstream"), key=lambda r: (r["processes"] * r["threads"], r["elapsed_s"]))
     if cpu:
+        counts = sorted({r["processes"] for r in cpu})
+        per = "; ".join(f"-p {p}: " + ", ".join(f"{r['elapsed_s']:.2f} s with {r['threads']} thread(s)"
+                                               for r in _by(cpu, processes=p)) for p in counts)  # fmt: skip
         best = _best(cpu)
-        found.append(
-            f"CPU-bound: the fastest setting was uWSGI {best['config']} ({best['elapsed_s']:.2f} s); threads beside "
-            "the processes added nothing but turns on the GIL."
+        one = _best(_by(cpu, processes=counts[0]))
+        pace = (
+            f"Processes set the pace: the best with {best['processes']} took {best['elapsed_s']:.2f} s, "
+            f"{one['elapsed_s'] / best['elapsed_s']:.2f}x faster than the best with {counts[0]}."
+            if best is not one
+            else f"More processes did not help here: the best was with {counts[0]}."
         )
+        found.append(f"CPU-bound, {best['concurrency']} requests: {per}. {pace}")
+        # Threads judged by the ratio to each row's own ideal, so that the host's speed, which moves `t`
+        # from one configuration to the next, does not pass for an effect of the threads.
+        moved = [r["ratio"] - base["ratio"] for r in cpu if r["threads"] > 1
+                 for base in _by(cpu, processes=r["processes"], threads=1)]  # fmt: skip
+        lopsided = [r for r in cpu if r["processes"] > 1 and max(r["spread"].values(), default=0)
+                    > -(-r["concurrency"] // r["processes"]) + 1]  # fmt: skip
+        if moved:
+            sentence = (
+                f"Threads beside the processes moved the ratio to the ideal by {min(moved):+.2f} to "
+                f"{max(moved):+.2f} against one thread each: the GIL lets one of them compute at a time."
+            )
+            if lopsided:
+                worst = max(lopsided, key=lambda r: max(r["spread"].values()))
+                sentence += (
+                    f" With -p {worst['processes']} --threads {worst['threads']} the requests split {_spread(worst)} "
+                    f"(ratio {worst['ratio']:.2f}): a process with idle threads keeps accepting while it computes."
+                )
+            found.append(sentence)
     if io:
+        held = ", ".join(f"{r['processes'] * r['threads']} at once (-p {r['processes']} --threads {r['threads']}) "
+                         f"{r['elapsed_s']:.2f} s" for r in io)  # fmt: skip
         best = _best(io)
         found.append(
-            f"I/O-bound: the fastest was uWSGI {best['config']} ({best['elapsed_s']:.2f} s for "
-            f"{best['concurrency']} waits): enough threads to hold every wait at once."
+            f"I/O-bound, {best['concurrency']} calls of {best['params']['delay']} s: a request holds its thread while "
+            f"it waits, so processes x threads waits run at once: {held}."
         )
     if cpu and io:
         found.append(
-            f"So: processes = cores ({cpu_count()}) for computing, and for waiting as many threads as requests wait at "
-            "once (or coroutines, see --preset coroutines)."
+            f"So: for computing, processes = cores ({cpu_count()}), one thread each; for waiting, as many threads in "
+            "all as requests wait at once (or coroutines: --preset coroutines)."
         )
     return found
 
@@ -373,6 +401,9 @@ def measure(run: Run, server: Running, load: Load) -> dict[str, Any]:
         "reachable_ratio": summary.reachable_ratio,
         "cpu_share": summary.cpu_share,
         "mode_model": setup.mode,
+        # A peer's own counts, as configured (the lab's depend on its flags: see spread and peak_processes).
+        "processes": None if setup.server == "lab" else setup.processes,
+        "threads": None if setup.server == "lab" else setup.threads,
     }
     number = len(run.rows)
     (run.out / f"race-{number}.json").write_text(json.dumps(

@@ -16,9 +16,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -80,16 +82,16 @@ def lab(config: str, path: str, mode: str, *flags: str, serves: frozenset[str] =
 
 
 def uwsgi(ini: str, config: str, mode: str, processes: int, threads: int = 1, *, serves: frozenset[str]) -> Setup:
-    argv = [str(BIN / "uwsgi"), "--ini", f"peers/{ini}", "--http-socket", "127.0.0.1:0", "--processes", str(processes)]
-    if threads > 1:
-        argv += ["--threads", str(threads)]
+    # Both always given: a flag after --ini overrides the file's value, and threads=1 must win over an ini's 10.
+    argv = [str(BIN / "uwsgi"), "--ini", f"peers/{ini}", "--http-socket", "127.0.0.1:0",
+            "--processes", str(processes), "--threads", str(threads)]  # fmt: skip
     return Setup("uwsgi", config, tuple(argv), "/wsgi", mode, processes, threads, serves)
 
 
 def gunicorn(conf: str, config: str, mode: str, workers: int, threads: int = 1, *, serves: frozenset[str]) -> Setup:
-    argv = [str(BIN / "gunicorn"), "-c", f"peers/{conf}", "--bind", "127.0.0.1:0", "-w", str(workers)]
-    if threads > 1:
-        argv += ["--threads", str(threads)]
+    # As for uWSGI: flags override the config file, so both are always given.
+    argv = [str(BIN / "gunicorn"), "-c", f"peers/{conf}", "--bind", "127.0.0.1:0",
+            "-w", str(workers), "--threads", str(threads)]  # fmt: skip
     return Setup("gunicorn", config, tuple(argv), "/wsgi", mode, workers, threads, serves)
 
 
@@ -152,8 +154,10 @@ class Running:
         argv = list(setup.argv)
         stats = None
         if setup.server == "uwsgi":
-            stats = folder / f"{name}.stats.sock"
-            argv += ["--stats", str(stats)]  # a socket of this run's own, not the ini's 127.0.0.1:9191
+            # A socket of this run's own, not the ini's 127.0.0.1:9191, in a short folder: a unix socket's path
+            # must fit in 108 bytes, which a results folder under pytest's tmp_path does not.
+            stats = Path(tempfile.mkdtemp(prefix="lab-uwsgi-")) / "stats.sock"
+            argv += ["--stats", str(stats)]
         if setup.server == "lab":
             argv += ["--upstream", upstream]
         env = {**os.environ, "LAB_UPSTREAM": upstream}
@@ -223,6 +227,8 @@ class Running:
         stop_group(self.process.pid, 15.0, reap=self.process.poll)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(5)
+        if self.stats_socket is not None:
+            shutil.rmtree(self.stats_socket.parent, ignore_errors=True)
         return [p.pid for p in self.group()]
 
 

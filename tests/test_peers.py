@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.compare import ROW_KEYS
+from bench.peers import gunicorn, uwsgi
 from tests.bench_helpers import Tracked, is_png
 
 pytestmark = pytest.mark.timeout(400)
@@ -59,3 +60,16 @@ def test_a_quick_comparison_races_real_peers_and_leaves_nothing_behind(tmp_path:
     assert findings["findings"] and "## Findings" in (out / "compare.md").read_text()
     assert is_png(out / "compare.png")
     assert "wrote" in stdout and "uwsgi" in stdout
+
+
+def test_a_configuration_s_process_and_thread_counts_override_its_file() -> None:
+    # The counts come after the file on the command line, so they win: threads=1 on uwsgi-threads.ini (10 in the
+    # file) must run one thread, or the grid's "--threads 1" rows would measure ten.
+    setup = uwsgi("uwsgi-threads.ini", "-p 2 --threads 1", "blocking", 2, 1, serves=frozenset({"cpu"}))
+    argv = list(setup.argv)
+    assert argv.index("--ini") < argv.index("--threads") and argv[argv.index("--threads") + 1] == "1"
+    assert argv[argv.index("--processes") + 1] == "2"
+    sync = list(
+        gunicorn("gunicorn-gthread.conf.py", "gthread -w 3 --threads 1", "blocking", 3, 1, serves=frozenset()).argv
+    )
+    assert sync[sync.index("-w") + 1] == "3" and sync[sync.index("--threads") + 1] == "1"

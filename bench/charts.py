@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.summary import spread_text
+
 # Okabe & Ito (2008), "Color Universal Design"; black is kept for lines and text.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
 INK = "#000000"
@@ -299,8 +301,8 @@ def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     ratio.barh(places, [r["ratio"] for r in rows], color=fills, edgecolor=INK, linewidth=0.5)
     ratio.axvline(1.0, color=INK, linestyle="--", linewidth=1)
     for place, row in zip(places, rows, strict=True):
-        spread = "/".join(str(n) for n in sorted(row["spread"].values(), reverse=True))
-        ratio.text(row["ratio"], place, f" {row['elapsed_s']:.2f} s · {spread}", va="center", fontsize=7)
+        ratio.text(row["ratio"], place, f" {row['elapsed_s']:.2f} s · {spread_text(row['spread'])}", va="center",
+                   fontsize=7)  # fmt: skip
     ratio.set_yticks(places, labels, fontsize=8)
     ratio.invert_yaxis()
     ratio.set_xlabel("makespan / ideal (1 = the best this server's model allows)")

@@ -4,7 +4,7 @@
     python -m bench.compare --preset processes     # do multiple processes use multiple cores?
     python -m bench.compare --preset grid          # processes x threads, for CPU-bound and I/O-bound work
     python -m bench.compare --preset coroutines    # uWSGI+gevent and the lab's /async, 10 and 200 waiting
-    python -m bench.compare --quick                # small workloads, two configurations per server
+    python -m bench.compare --quick                # small workloads, fewer configurations (2 per server)
 
 Every configuration is started in turn, as a user starts it (bench/peers.py:
 `server.py`, `uwsgi --ini peers/...`, `gunicorn -c peers/...`), and given the
@@ -19,8 +19,10 @@ Writes to bench/results/compare-<stamp>/ (or --out): compare.json (a list of
 rows: server, config, workload, endpoint, concurrency, elapsed_s, mean_s,
 ideal_s, ratio, ping_p50_ms, ping_max_ms, spread, peak_processes,
 peak_threads, rss_mb, and more), findings.json, compare.md (the table, one
-sentence per finding, the workers' view), compare.png, and per row the
-race (race-<n>.json) and the server's log.
+sentence per finding, the workers' view, what could not be measured),
+compare.png, per row its race (race-<n>.json) and siege's output, and per
+configuration the server's log. A configuration that fails is reported and
+the others still run; whatever was measured is written.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ if __package__ in (None, ""):  # run as `python bench/compare.py`: make the `ben
 from bench import charts
 from bench.args import stop_on_sigterm
 from bench.engine import Event, get, race
-from bench.peers import Running, Setup, WorkerView, gunicorn, lab, uwsgi
+from bench.peers import BIN, Running, Setup, WorkerView, gunicorn, lab, uwsgi
+from bench.servers import ServerError
 from bench.siege_steps import SIEGERC, parse_siege
-from bench.summary import Column, machine_facts, markdown_table, new_results_dir, text_table
+from bench.summary import Column, machine_facts, markdown_table, new_results_dir, spread_text, text_table
 from lab.config import cpu_count
 from lab.procs import EmbeddedUpstream
 
@@ -97,7 +100,7 @@ def _count(quick: bool) -> Load:
     return Load("cpu", "count", {"n": "2000000" if quick else "20000000"})
 
 
-def _wait(quick: bool, concurrency: int = 10) -> Load:
+def _waits(quick: bool, concurrency: int = 10) -> Load:
     return Load("io", "upstream", {"delay": "0.2" if quick else "1.0"}, concurrency)
 
 
@@ -169,63 +172,97 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _spread(row: dict[str, Any]) -> str:
-    return "/".join(str(n) for n in sorted(row["spread"].values(), reverse=True))
+    return spread_text(row["spread"])
+
+
+def _name(row: dict[str, Any]) -> str:
+    return f"{row['server']} {row['config']}"
 
 
 def _names(rows: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{r['server']} {r['config']} {r['elapsed_s']:.2f} s ({r['ratio']:.2f}x its ideal, {_spread(r)})"
-                     for r in rows)  # fmt: skip
+    return ", ".join(f"{_name(r)} {r['elapsed_s']:.2f} s ({r['ratio']:.2f}x its ideal, {_spread(r)})" for r in rows)
+
+
+def _wait(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def _delay(row: dict[str, Any]) -> float:
+    return float(row["params"]["delay"])
+
+
+def _rounds(row: dict[str, Any]) -> int:
+    """How many rounds of waiting a burst took: 1 when every wait was held at once."""
+    return max(1, round(float(row["elapsed_s"]) / _delay(row)))
 
 
 def _side_by_side_findings(rows: list[dict[str, Any]]) -> list[str]:
     found = []
-    cpu = sorted((r for r in rows if r["workload"] == "count"), key=lambda r: r["elapsed_s"])
+    cpu = sorted(_by(rows, workload="count"), key=lambda r: r["elapsed_s"])
     spread = [r for r in cpu if len(r["spread"]) > 1]
     single = [r for r in cpu if len(r["spread"]) == 1]
     if spread and single:
+        verdict = (
+            "every one that spread the work beat every one that kept it in one process: threads share one GIL, "
+            "processes do not."
+            if spread[-1]["elapsed_s"] < single[0]["elapsed_s"]
+            else f"the two overlap: {_name(spread[-1])} took longer than {_name(single[0])} (see its ratio, reach "
+            "and spread)."
+        )
         found.append(
             f"CPU-bound, {cpu[0]['concurrency']} requests at once: where the work spread over processes it took "
-            f"{_names(spread)}; in one process, threads or not, {_names(single)}. Threads share one GIL; "
-            "processes do not."
+            f"{_names(spread)}; in one process, {_names(single)}. So {verdict}"
         )
     answered = sorted((r for r in cpu if r["ping_max_ms"] is not None), key=lambda r: r["ping_max_ms"])
-    if len(answered) > 1:
-        calm, stuck = answered[0], answered[-1]
-        found.append(
-            f"Meanwhile a trivial request (/ping) waited {calm['ping_max_ms']:.0f} ms at worst on {calm['server']} "
-            f"{calm['config']}, whose event loop only hands the work out, and {stuck['ping_max_ms'] / 1000:.1f} s on "
-            f"{stuck['server']} {stuck['config']}: when every worker computes, nobody is left to answer."
-        )
-    io = sorted((r for r in rows if r["workload"] == "upstream"), key=lambda r: r["elapsed_s"])
-    held = [r for r in io if r["ratio"] <= 1.2]
+    handing = [r for r in answered if r["server"] == "lab" and r["mode_model"] in ("processing", "distributed")]
+    if answered:
+        calm = handing[0] if handing else answered[0]
+        stuck = answered[-1]
+        sentence = f"Meanwhile a trivial request (/ping) waited {_wait(calm['ping_max_ms'])} at worst on {_name(calm)}"
+        if handing:
+            sentence += ", whose event loop only hands the work out"
+        if stuck is not calm and stuck["ping_max_ms"] >= max(100.0, 10 * calm["ping_max_ms"]):
+            sentence += (
+                f", and {_wait(stuck['ping_max_ms'])} on {_name(stuck)}: a request that finds every worker computing "
+                "waits for one to finish, or among threads for its turn at the GIL"
+            )
+        found.append(sentence + ".")
+    io = sorted(_by(rows, workload="upstream"), key=lambda r: r["elapsed_s"])
     if io:
-        who = ", ".join(f"{r['server']} {r['config']}" for r in held)
+        held = [r for r in io if _rounds(r) == 1]
+        missed = [r for r in io if _rounds(r) > 1]
         what = (
-            f"{who} held them all at once ({held[0]['elapsed_s']:.2f}-{held[-1]['elapsed_s']:.2f} s)."
+            f"{', '.join(_name(r) for r in held)} held them all at once ({held[0]['elapsed_s']:.2f}-"
+            f"{held[-1]['elapsed_s']:.2f} s)"
             if held
-            else ("no server held them all at once.")
+            else "no server held them all at once"
         )
-        found.append(f"Waiting, {io[0]['concurrency']} calls of {io[0]['params']['delay']} s each: {what}")
+        if missed:
+            what += "; " + ", ".join(f"{_name(r)} took {r['elapsed_s']:.2f} s ({_rounds(r)} rounds)" for r in missed)
+        found.append(f"Waiting, {io[0]['concurrency']} calls of {_delay(io[0]):g} s each: {what}.")
     return found
 
 
 def _processes_findings(rows: list[dict[str, Any]]) -> list[str]:
     found = []
     for server in ("uwsgi", "gunicorn"):
-        mine = sorted(_by(rows, server=server), key=lambda r: r["peak_processes"])
+        mine = sorted(_by(rows, server=server), key=lambda r: r["processes"])
         if len(mine) < 2:
             continue
-        one = mine[0]
-        best = _best(mine)
-        found.append(
+        one, best = mine[0], _best(mine)
+        if best is one:
+            found.append(f"{server}: more processes did not help here: {one['config']} took {one['elapsed_s']:.2f} s, "
+                         f"the fastest.")  # fmt: skip
+            continue
+        sentence = (
             f"{server}: {one['config']} took {one['elapsed_s']:.2f} s and {best['config']} {best['elapsed_s']:.2f} s, "
             f"{one['elapsed_s'] / best['elapsed_s']:.2f}x faster on {cpu_count()} cores"
-            + (
-                f"; {mine[-1]['config']} took {mine[-1]['elapsed_s']:.2f} s: more processes than cores only take turns."
-                if mine[-1] is not best
-                else "."
-            )
         )
+        over = [r for r in mine if r["processes"] > cpu_count()]
+        if over and min(r["elapsed_s"] for r in over) > best["elapsed_s"]:
+            took = ", ".join(f"{r['config']} {r['elapsed_s']:.2f} s" for r in over)
+            sentence += f"; more processes than cores took longer ({took}): they only take turns"
+        found.append(sentence + ".")
     return found
 
 
@@ -233,6 +270,7 @@ def _grid_findings(rows: list[dict[str, Any]]) -> list[str]:
     found = []
     cpu = sorted(_by(rows, workload="count"), key=lambda r: (r["processes"], r["threads"]))
     io = sorted(_by(rows, workload="upstream"), key=lambda r: (r["processes"] * r["threads"], r["elapsed_s"]))
+    advice = []
     if cpu:
         counts = sorted({r["processes"] for r in cpu})
         per = "; ".join(f"-p {p}: " + ", ".join(f"{r['elapsed_s']:.2f} s with {r['threads']} thread(s)"
@@ -252,10 +290,12 @@ def _grid_findings(rows: list[dict[str, Any]]) -> list[str]:
                  for base in _by(cpu, processes=r["processes"], threads=1)]  # fmt: skip
         lopsided = [r for r in cpu if r["processes"] > 1 and max(r["spread"].values(), default=0)
                     > -(-r["concurrency"] // r["processes"]) + 1]  # fmt: skip
+        helped = bool(moved) and min(moved) < -0.1
         if moved:
             sentence = (
                 f"Threads beside the processes moved the ratio to the ideal by {min(moved):+.2f} to "
-                f"{max(moved):+.2f} against one thread each: the GIL lets one of them compute at a time."
+                f"{max(moved):+.2f} against one thread each"
+                + (": somewhere they helped." if helped else ": the GIL lets one of them compute at a time.")
             )
             if lopsided:
                 worst = max(lopsided, key=lambda r: max(r["spread"].values()))
@@ -264,19 +304,23 @@ def _grid_findings(rows: list[dict[str, Any]]) -> list[str]:
                     f"(ratio {worst['ratio']:.2f}): a process with idle threads keeps accepting while it computes."
                 )
             found.append(sentence)
+        threads = "" if helped or not moved else ", one thread each"
+        advice.append(f"for computing, {best['processes']} processes{threads} ({cpu_count()} cores here)")
     if io:
         held = ", ".join(f"{r['processes'] * r['threads']} at once (-p {r['processes']} --threads {r['threads']}) "
                          f"{r['elapsed_s']:.2f} s" for r in io)  # fmt: skip
-        best = _best(io)
         found.append(
-            f"I/O-bound, {best['concurrency']} calls of {best['params']['delay']} s: a request holds its thread while "
-            f"it waits, so processes x threads waits run at once: {held}."
+            f"I/O-bound, {io[0]['concurrency']} calls of {_delay(io[0]):g} s: a request holds its thread while it "
+            f"waits, so processes x threads waits run at once: {held}."
         )
-    if cpu and io:
-        found.append(
-            f"So: for computing, processes = cores ({cpu_count()}), one thread each; for waiting, as many threads in "
-            "all as requests wait at once (or coroutines: --preset coroutines)."
-        )
+        enough = [r for r in io if _rounds(r) == 1]
+        if enough:
+            least = enough[0]
+            advice.append(f"for {least['concurrency']} waits at once, {least['processes'] * least['threads']} threads "
+                          f"in all (-p {least['processes']} --threads {least['threads']}), or coroutines "
+                          "(--preset coroutines)")  # fmt: skip
+    if advice:
+        found.append("So: " + "; ".join(advice) + ".")
     return found
 
 
@@ -284,14 +328,21 @@ def _coroutine_findings(rows: list[dict[str, Any]]) -> list[str]:
     found = []
     for level in sorted({r["concurrency"] for r in rows}):
         mine = _by(rows, concurrency=level)
-        parts = ", ".join(f"{r['server']} {r['config']} {r['elapsed_s']:.2f} s" for r in mine)
-        found.append(f"{level} requests each waiting {mine[0]['params']['delay']} s: {parts}.")
+        parts = ", ".join(f"{_name(r)} {r['elapsed_s']:.2f} s" for r in mine)
+        found.append(f"{level} requests each waiting {_delay(mine[0]):g} s: {parts}.")
     big = max((r["concurrency"] for r in rows), default=0)
-    threads = [r for r in _by(rows, concurrency=big) if "threads" in r["config"]]
-    if threads:
+    at_big = _by(rows, concurrency=big)
+    held = [r for r in at_big if r["mode_model"] == "async" and _rounds(r) == 1]
+    threaded = [r for r in at_big if r["mode_model"] == "threading" and r["processes"] and r["threads"]]
+    if held:
+        names = ", ".join(_name(r) for r in held)
+        costs = ", ".join(f"{r['peak_threads']} threads and {r['rss_mb']:.0f} MB" for r in held)
+        found.append(f"At {big}, {names} held every wait at once ({costs} at the peak).")
+    for row in threaded:
+        lanes = row["processes"] * row["threads"]
         found.append(
-            f"At {big}, ten threads need {big // 10} rounds of waiting; a coroutine or the event loop holds every wait "
-            "at once for a few kilobytes each."
+            f"{_name(row)} can hold {lanes} waits at once, so {big} take ceil({big}/{lanes}) = {-(-big // lanes)} "
+            f"rounds: {row['elapsed_s']:.2f} s ({_rounds(row)} measured)."
         )
     return found
 
@@ -303,7 +354,7 @@ PRESETS = {
             "default",
             "Which server, which model? The lab's modes, uWSGI and gunicorn on the same burst.",
             _side_by_side,
-            lambda quick: [_count(quick)] if quick else [_count(quick), _wait(quick)],
+            lambda quick: [_count(quick)] if quick else [_count(quick), _waits(quick)],
             _side_by_side_findings,
         ),
         Preset(
@@ -317,14 +368,14 @@ PRESETS = {
             "grid",
             "Processes x threads, for CPU-bound and I/O-bound work: which setting?",
             _grid,
-            lambda quick: [_count(quick), _wait(quick)],
+            lambda quick: [_count(quick), _waits(quick)],
             _grid_findings,
         ),
         Preset(
             "coroutines",
             "Coroutines for I/O: uWSGI+gevent and the lab's /async against a slow upstream.",
             _coroutines,
-            lambda quick: [_wait(quick, 10), _wait(quick, 50 if quick else 200)],
+            lambda quick: [_waits(quick, 10), _waits(quick, 50 if quick else 200)],
             _coroutine_findings,
         ),
     )
@@ -338,9 +389,9 @@ PRESETS = {
 class Run:
     args: argparse.Namespace
     out: Path
-    upstream: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # configurations that could not be measured, and why
 
 
 def measure(run: Run, server: Running, load: Load) -> dict[str, Any]:
@@ -446,28 +497,40 @@ def _progress(event: Event) -> None:
         print(f"  {s['concurrency']} requests: {s['elapsed_s']:.2f} s, ratio {s['ratio']:.2f}", file=sys.stderr)
 
 
-def run_preset(preset: Preset, args: argparse.Namespace, out: Path) -> Run:
+def run_preset(preset: Preset, run: Run) -> None:
+    """Every configuration of `preset` in turn, its rows appended to `run` as they are measured.
+
+    One configuration that fails to start or to finish its loads is reported in `run.failed` and the run goes
+    on; one that leaves processes behind stops the run (the next would be measured beside them).
+    """
     cores = cpu_count()
-    loads = preset.loads(args.quick)
+    loads = preset.loads(run.args.quick)
     upstream = EmbeddedUpstream.start()
-    run = Run(args, out, upstream.url)
     try:
-        for setup in preset.setups(cores, args.quick):
+        for setup in preset.setups(cores, run.args.quick):
             mine = [load for load in loads if load.kind in setup.serves]
             if not mine:
                 continue
-            print(f"{setup.server} {setup.config}: starting", file=sys.stderr)
-            server = Running.start(setup, out, upstream.url)
+            name = f"{setup.server} {setup.config}"
+            print(f"{name}: starting", file=sys.stderr)
+            try:
+                server = Running.start(setup, run.out, upstream.url)
+            except ServerError as error:
+                run.failed.append(f"{name}: {error}")
+                print(f"error: {name}: {error}", file=sys.stderr)
+                continue
             try:
                 for load in mine:
                     run.rows.append(measure(run, server, load))
+            except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+                run.failed.append(f"{name}: {error}")
+                print(f"error: {name}: {error}", file=sys.stderr)
             finally:
                 left = server.stop()
             if left:
-                raise RuntimeError(f"{setup.server} {setup.config} left processes behind: {left}")
+                raise RuntimeError(f"{name} left processes behind: {left}")
     finally:
         upstream.stop()
-    return run
 
 
 def write(run: Run, preset: Preset) -> list[Path]:
@@ -476,9 +539,12 @@ def write(run: Run, preset: Preset) -> list[Path]:
     (out / "compare.json").write_text(json.dumps(run.rows, indent=1) + "\n")
     (out / "findings.json").write_text(json.dumps(
         {"preset": preset.name, "question": preset.question, "quick": run.args.quick, "findings": findings,
+         "not_measured": run.failed,
          "workers": run.workers, "machine": machine_facts(None)}, indent=1) + "\n")  # fmt: skip
     lines = [f"# {preset.question}", "", markdown_table(run.rows, COLUMNS), "", "## Findings", ""]
     lines += [f"- {finding}" for finding in findings]
+    if run.failed:
+        lines += ["", "## Not measured", "", *(f"- {failure.splitlines()[0]}" for failure in run.failed)]
     lines += ["", "## Workers during the burst", "",
               "uWSGI's as uwsgitop shows them (its stats socket: requests served, the burst's and the /ping "
               "probes', and the share of samples each worker was busy); the lab's from the envelopes.", ""]  # fmt: skip
@@ -514,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: siege is not installed: sudo apt-get install siege (make compare installs it), or pass "
               "--no-siege", file=sys.stderr)  # fmt: skip
         return 2
-    missing = [tool for tool in ("uwsgi", "gunicorn") if not (Path(sys.executable).parent / tool).exists()]
+    missing = [tool for tool in ("uwsgi", "gunicorn") if not (BIN / tool).exists()]
     if missing:
         print(f"error: {' and '.join(missing)} not installed in this environment: make peers", file=sys.stderr)
         return 2
@@ -523,22 +589,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out or new_results_dir("compare-")
     out.mkdir(parents=True, exist_ok=True)
     print(f"{preset.question}\nresults: {out}", file=sys.stderr)
+    run = Run(args, out)
+    status = 0
     try:
-        run = run_preset(preset, args, out)
+        run_preset(preset, run)
     except (RuntimeError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        status = 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        return 130
+        status = 130
+    if run.failed:
+        status = status or 1
+    if not run.rows:
+        return status or 1
+    # Whatever was measured is kept, and says what it lacks: minutes of measuring are not thrown away.
     written = write(run, preset)
     print(text_table(run.rows, COLUMNS))
     print()
     for finding in preset.findings(run.rows):
         print(f"- {finding}")
+    for failure in run.failed:
+        print(f"- not measured: {failure.splitlines()[0]}")
     for path in written:
         print(f"wrote {path}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

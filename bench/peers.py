@@ -22,20 +22,21 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from bench.servers import ServerError, log_tail, stop_group
+from bench.servers import SERVING, all_serving, stop_server, wait_ready
 from lab import ROOT, loopback
+from lab.config import cpu_count
 
 BIN = Path(sys.executable).parent
 # How each server says where it listens, in its log.
 ADDRESS = {
-    "lab": re.compile(r"serving on (http://[^/\s]+)/"),
+    "lab": SERVING,
     "uwsgi": re.compile(r"bound to TCP address (\S+)"),
     "gunicorn": re.compile(r"Listening at: (http://\S+)"),
 }
@@ -59,13 +60,13 @@ class Setup:
     def url(self, base: str, workload: str, params: dict[str, str]) -> str:
         """One request of this load: the lab's /async takes only the upstream's delay."""
         name = "" if self.path == "/async" else f"/{workload}"
-        query = "&".join(f"{k}={v}" for k, v in params.items())
+        query = urllib.parse.urlencode(params)
         return f"{base}{self.path}{name}" + (f"?{query}" if query else "")
 
     def facts(self, listed: list[dict[str, Any]]) -> dict[str, Any]:
         """A peer's facts as the ideal reads them (a lab server reports its own at /stats)."""
         return {
-            "cpu_count": len(os.sched_getaffinity(0)),
+            "cpu_count": cpu_count(),
             "processes": self.processes,
             "thread_pool": self.threads,
             "process_pool": 1,
@@ -161,46 +162,26 @@ class Running:
         if setup.server == "lab":
             argv += ["--upstream", upstream]
         env = {**os.environ, "LAB_UPSTREAM": upstream}
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True, env=env)  # fmt: skip
+        try:
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
+        except BaseException:
+            if stats is not None:
+                shutil.rmtree(stats.parent, ignore_errors=True)
+            raise
         running = cls(setup, process, log_path, stats_socket=stats)
         try:
-            running._wait_ready(timeout)
+            # Every server process of a forked lab; a peer once it answers at all, and uWSGI once its stats
+            # server, which starts after the workers, is there to be read too.
+            ready = all_serving if setup.server == "lab" else _answers_ping
+            if stats is not None:
+                ready = lambda url: _answers_ping(url) and stats.exists()  # noqa: E731
+            running.url = wait_ready(log_path, process.pid, timeout, address=ADDRESS[setup.server], ready=ready)
         except BaseException:
             running.stop()
             raise
         return running
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None:
-                raise ServerError(f"{self.setup.server} {self.setup.config} exited at start-up; its log ends:\n"
-                                  f"{log_tail(self.log_path)}")  # fmt: skip
-            if not self.url:
-                found = ADDRESS[self.setup.server].search(self.log_path.read_text(errors="replace"))
-                if found:
-                    address = found.group(1)
-                    self.url = address if address.startswith("http") else f"http://{address}"
-            if self.url and self._answers():
-                return
-            if time.monotonic() > deadline:
-                raise ServerError(f"{self.setup.server} {self.setup.config} not ready after {timeout:g} s; its log "
-                                  f"ends:\n{log_tail(self.log_path)}")  # fmt: skip
-            time.sleep(0.1)
-
-    def _answers(self) -> bool:
-        # Every server process of a forked lab, or just an answer from a peer.
-        if self.setup.server == "lab":
-            from bench.servers import all_serving  # noqa: PLC0415
-
-            return all_serving(self.url)
-        try:
-            with loopback.urlopen(f"{self.url}/ping", timeout=2) as reply:
-                return reply.status == 200
-        except OSError:
-            return False
 
     def tree(self) -> list[psutil.Process]:
         """The server's process and its descendants (master and workers; forked children and pools)."""
@@ -224,12 +205,18 @@ class Running:
 
     def stop(self) -> list[int]:
         """Stop the whole group (SIGTERM, then SIGKILL); the pids still alive after that, if any."""
-        stop_group(self.process.pid, 15.0, reap=self.process.poll)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(5)
+        stop_server(self.process, 15.0)
         if self.stats_socket is not None:
             shutil.rmtree(self.stats_socket.parent, ignore_errors=True)
         return [p.pid for p in self.group()]
+
+
+def _answers_ping(url: str) -> bool:
+    try:
+        with loopback.urlopen(f"{url}/ping", timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
 
 
 def uwsgi_stats(path: Path) -> dict[str, Any] | None:

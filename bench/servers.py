@@ -60,11 +60,14 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def wait_ready(log_path: Path, pid: int, timeout: float = 120.0) -> str:
-    """Base URL of the server `pid` logging to `log_path`, once all its processes serve.
+def wait_ready(log_path: Path, pid: int, timeout: float = 120.0, *, address: re.Pattern[str] = SERVING,
+               ready: Callable[[str], bool] = all_serving) -> str:  # fmt: skip
+    """Base URL of the server `pid` logging to `log_path`, once `ready(url)`.
 
-    The socket is bound (and its URL logged) before the pools are warm, so the
-    log line alone does not mean ready: /stats must list every process.
+    The lab's socket is bound (and its URL logged) before the pools are warm, so
+    the log line alone does not mean ready: /stats must list every process.
+    Another server says where it listens in its own words (`address`, whose
+    group 1 is the URL or host:port) and is ready by its own test.
     """
     deadline = time.monotonic() + timeout
     url = ""
@@ -72,9 +75,10 @@ def wait_ready(log_path: Path, pid: int, timeout: float = 120.0) -> str:
         if not _alive(pid):
             raise ServerError(f"server pid {pid} exited during start-up; its log ends:\n{log_tail(log_path)}")
         if not url:
-            match = SERVING.search(log_path.read_text(errors="replace")) if log_path.exists() else None
-            url = match.group(1) if match else ""
-        if url and all_serving(url):
+            match = address.search(log_path.read_text(errors="replace")) if log_path.exists() else None
+            found = match.group(1) if match else ""
+            url = found if not found or found.startswith("http") else f"http://{found}"
+        if url and ready(url):
             return url
         if time.monotonic() > deadline:
             raise ServerError(f"server pid {pid} not ready after {timeout:g} s; its log ends:\n{log_tail(log_path)}")
@@ -98,6 +102,17 @@ def stop_group(pgid: int, grace: float = 15.0, reap: Callable[[], object] | None
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def stop_server(process: subprocess.Popen[bytes], grace: float) -> None:
+    """Stop a server started in its own session, and everything in its process group; reap it."""
+    # The session leader's pid is the group id, even after it has exited.
+    stop_group(process.pid, grace, reap=process.poll)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class LocalServer:
@@ -132,15 +147,8 @@ class LocalServer:
         `grace` is short on purpose: a bench has no use for a blocked event
         loop finishing queued /blocking jobs after the race was called off.
         """
-        if self.process is None:
-            return
-        # The session leader's pid is the group id, even after it has exited.
-        stop_group(self.process.pid, grace, reap=self.process.poll)
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process is not None:
+            stop_server(self.process, grace)
 
     def __enter__(self) -> LocalServer:
         return self.start()

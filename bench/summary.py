@@ -18,13 +18,17 @@ from typing import Any
 
 import psutil
 
-from lab import ROOT
-from lab.config import cpu_count
+from lab.config import DEFAULT_RESULTS, cpu_count
 
-RESULTS = ROOT / "bench" / "results"
+RESULTS = DEFAULT_RESULTS  # where the server's GET /compare looks too
 
 # summary.json rows carry these keys first (README, "Bench"); extras may follow.
 ROW_KEYS = ("endpoint", "elapsed_s", "mean_s", "shortest_s", "longest_s", "transactions", "failed", "ideal_s", "ratio")
+
+
+def spread_text(spread: Mapping[str, int]) -> str:
+    """A spread, {pid: requests}, as people read it: "6/4", busiest first."""
+    return "/".join(str(count) for count in sorted(spread.values(), reverse=True))
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,8 @@ class Column:
             return "-"
         if isinstance(value, str):
             return value
-        if isinstance(value, dict):  # a spread, {pid: requests}: "5/5"
-            return "/".join(str(count) for count in sorted(value.values(), reverse=True)) or "-"
+        if isinstance(value, dict):
+            return spread_text(value) or "-"
         return self.fmt.format(value)
 
 

@@ -71,17 +71,27 @@ function table(rows) {
   return scroll;
 }
 
-// Fetch and draw once, when the view is first opened.
+// Fetch and draw when the view is opened, until one load succeeds: a 404 ("run make compare") or a failed fetch
+// is tried again the next time the view is opened, so a comparison made meanwhile shows without a reload.
 export async function showPeers(container, status) {
   if (container.dataset.loaded) return;
-  container.dataset.loaded = "true";
+  container.dataset.loaded = "loading"; // one fetch at a time
   status.textContent = "Loading the latest comparison…";
-  const reply = await fetch("/compare", { headers: { Accept: "application/json" } });
-  const doc = await reply.json();
-  if (!reply.ok) {
-    status.textContent = doc.error ? doc.error.message : `/compare answered ${reply.status}`;
+  let reply, doc;
+  try {
+    reply = await fetch("/compare", { headers: { Accept: "application/json" } });
+    doc = await reply.json();
+  } catch (error) {
+    status.textContent = `The comparison could not be loaded (${error.message}); close and open this view to retry.`;
+    delete container.dataset.loaded;
     return;
   }
+  if (!reply.ok) {
+    status.textContent = doc.error ? doc.error.message : `/compare answered ${reply.status}`;
+    delete container.dataset.loaded;
+    return;
+  }
+  container.dataset.loaded = "true";
   status.textContent = `${doc.question} From bench/results/${doc.run}${doc.quick ? " (a --quick run)" : ""}.`;
   const findings = html("ul", null, "findings");
   for (const text of doc.findings || []) findings.append(html("li", text));

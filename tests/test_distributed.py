@@ -62,6 +62,15 @@ def _workers(url: str) -> list[dict[str, object]]:
     return workers
 
 
+def _wait_for_both_workers(url: str, cluster: DaskCluster) -> None:
+    # Generous: two `dask worker` processes start slowly while other suites load both cores. If they never
+    # both join, their own logs say why.
+    assert wait_for(lambda: len(_workers(url)) == 2, timeout=120), (
+        f"workers: {_workers(url)}\n" + "\n".join(f"--- {name}\n{cluster.log(name)[-2000:]}" for name in
+                                                   ("scheduler.log", "worker-a.log", "worker-b.log"))
+    )  # fmt: skip
+
+
 def _pool(url: str) -> dict[str, Any]:
     return pool_stats(url, "distributed")
 
@@ -80,7 +89,7 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
-    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    _wait_for_both_workers(lab.url, cluster)
     replies = get_many(copies(f"{lab.url}/distributed/count?n=3000000", 10))
     addresses = _assert_spread_and_overlap(replies)
     server = get(f"{lab.url}/stats").json()["server"]
@@ -135,7 +144,7 @@ def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
-    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    _wait_for_both_workers(lab.url, cluster)
     pids = {str(w["address"]): int(str(w["pid"])) for w in _workers(lab.url)}
     with ThreadPoolExecutor(1) as pool:
         burst = pool.submit(get_many, copies(f"{lab.url}/distributed/sleep?seconds=1", 6))
@@ -165,7 +174,7 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
-    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    _wait_for_both_workers(lab.url, cluster)
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with cluster.client() as other:
         # Another user of the cluster keeps both workers busy: the lab's task waits at the scheduler.
@@ -188,7 +197,7 @@ def test_with_no_worker_left_requests_get_503_naming_the_lost_worker(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
-    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    _wait_for_both_workers(lab.url, cluster)
     cluster.note()
     lost = {str(w["address"]) for w in _workers(lab.url)}
     for process in cluster.processes[1:]:  # both `dask worker`s, nannies and all
@@ -203,7 +212,7 @@ def test_a_lost_scheduler_is_a_503_with_retry_after_never_a_hang(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
-    assert wait_for(lambda: len(_workers(lab.url)) == 2, timeout=60)
+    _wait_for_both_workers(lab.url, cluster)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(get, f"{lab.url}/distributed/sleep?seconds=5")
         assert wait_for(lambda: get(f"{lab.url}/stats").json()["processes"][0]["pools"]["distributed"]["running"])

@@ -265,3 +265,20 @@ def test_phone_width_and_keyboard_only(lab: LabServer, browser: Browser) -> None
         assert errors == []
     finally:
         context.close()
+
+
+def test_the_peers_view_tries_again_after_there_was_no_comparison(visit: Visit, lab: LabServer) -> None:
+    page = visit.page
+    results = lab.log_path.parent / "results"
+    hidden = lab.log_path.parent / "hidden"
+    (results / "compare-1").rename(hidden)
+    try:
+        page.click("#peers > summary")
+        expect(page.locator("#peers-status")).to_contain_text("make compare")  # the 404's own words
+        page.click("#peers > summary")  # closed, the comparison made meanwhile, opened again
+        hidden.rename(results / "compare-1")
+        page.click("#peers > summary")
+        expect(page.locator("#peers-view table tbody tr")).to_have_count(2)
+    finally:
+        if hidden.exists():
+            hidden.rename(results / "compare-1")

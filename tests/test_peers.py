@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from bench.compare import ROW_KEYS
-from bench.peers import gunicorn, uwsgi
+from bench.peers import Running, uwsgi, uwsgi_stats
+from lab.config import cpu_count
 from tests.bench_helpers import Tracked, is_png
 
 pytestmark = pytest.mark.timeout(400)
@@ -44,17 +45,20 @@ def test_a_quick_comparison_races_real_peers_and_leaves_nothing_behind(tmp_path:
         assert all(body["mode"] == "wsgi" and body["workload"] == "count" for body in bodies)
         return {(body["worker"]["pid"], body["worker"]["thread"]) for body in bodies}
 
-    # uWSGI -p 2: the requests ran in two worker processes (uWSGI's worker ids 1 and 2).
-    assert len({pid for pid, _ in workers("uwsgi", "-p 2")}) == 2
-    task_ids = {r["body"]["server"]["task_id"] for r in by_config[("uwsgi", "-p 2")]["responses"]}
-    assert task_ids == {1, 2}
+    # uWSGI -p N (N = cores, 2 here): the requests ran in N worker processes (uWSGI's worker ids 1..N), and the
+    # sampler saw its master beside them.
+    p_n = f"-p {cpu_count()}"
+    assert len({pid for pid, _ in workers("uwsgi", p_n)}) == cpu_count()
+    task_ids = {r["body"]["server"]["task_id"] for r in by_config[("uwsgi", p_n)]["responses"]}
+    assert task_ids == set(range(1, cpu_count() + 1))
+    assert by_config[("uwsgi", p_n)]["row"]["peak_processes"] == cpu_count() + 1
     # gunicorn gthread: one process, several of its threads.
     gthread = workers("gunicorn", "gthread -w 1 --threads 10")
     assert len({pid for pid, _ in gthread}) == 1 and len(gthread) >= 2
     # uwsgitop's view: the stats socket saw both workers serve the burst (its /ping probes too) and be busy.
     findings = json.loads((out / "findings.json").read_text())
-    view = next(v for v in findings["workers"] if v["config"] == "-p 2")
-    spread = by_config[("uwsgi", "-p 2")]["row"]["spread"]
+    view = next(v for v in findings["workers"] if v["config"] == p_n)
+    spread = by_config[("uwsgi", p_n)]["row"]["spread"]
     assert {str(w["pid"]) for w in view["workers"]} == set(spread)
     assert all(w["requests"] >= spread[str(w["pid"])] and w["busy"] > 0 for w in view["workers"]), view
     assert findings["findings"] and "## Findings" in (out / "compare.md").read_text()
@@ -62,14 +66,16 @@ def test_a_quick_comparison_races_real_peers_and_leaves_nothing_behind(tmp_path:
     assert "wrote" in stdout and "uwsgi" in stdout
 
 
-def test_a_configuration_s_process_and_thread_counts_override_its_file() -> None:
-    # The counts come after the file on the command line, so they win: threads=1 on uwsgi-threads.ini (10 in the
-    # file) must run one thread, or the grid's "--threads 1" rows would measure ten.
+def test_a_configuration_s_process_and_thread_counts_override_its_file(tmp_path: Path) -> None:
+    # The counts come after the file on the command line, so they win: uwsgi-threads.ini says 10 threads, and the
+    # grid's "-p 2 --threads 1" must run 2 workers of one thread each (uWSGI's stats socket lists each one's cores).
     setup = uwsgi("uwsgi-threads.ini", "-p 2 --threads 1", "blocking", 2, 1, serves=frozenset({"cpu"}))
-    argv = list(setup.argv)
-    assert argv.index("--ini") < argv.index("--threads") and argv[argv.index("--threads") + 1] == "1"
-    assert argv[argv.index("--processes") + 1] == "2"
-    sync = list(
-        gunicorn("gunicorn-gthread.conf.py", "gthread -w 3 --threads 1", "blocking", 3, 1, serves=frozenset()).argv
-    )
-    assert sync[sync.index("-w") + 1] == "3" and sync[sync.index("--threads") + 1] == "1"
+    server = Running.start(setup, tmp_path, upstream="http://127.0.0.1:9")  # no request here waits on it
+    try:
+        assert server.stats_socket is not None
+        stats = uwsgi_stats(server.stats_socket)
+        assert stats is not None
+        assert [len(worker["cores"]) for worker in stats["workers"]] == [1, 1]
+    finally:
+        assert server.stop() == []
+    assert not server.stats_socket.parent.exists()  # its private folder goes with it

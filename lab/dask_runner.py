@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
@@ -147,6 +148,21 @@ class WarmUp(distributed.WorkerPlugin):
         from workloads.registry import warm_up  # noqa: PLC0415
 
         warm_up()
+
+
+def _workloads_upload() -> distributed.UploadFile:
+    """The `workloads` package as a zip that each worker puts first on its sys.path and imports.
+
+    Not UploadDirectory: that one unpacks into the nanny's directory, on one machine
+    Dask's shared scratch folder, where two nannies unpacking at once collide
+    (FileExistsError) and the plugin fails. A worker's own directory is its own.
+    """
+    with tempfile.TemporaryDirectory(prefix="lab-upload-") as folder:
+        path = os.path.join(folder, "lab_workloads.zip")
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for source in sorted((ROOT / "workloads").rglob("*.py")):
+                archive.write(source, source.relative_to(ROOT))
+        return distributed.UploadFile(path)  # reads the file now
 
 
 class DaskRunner(PoolRunner):
@@ -268,8 +284,9 @@ class DaskRunner(PoolRunner):
             client = await distributed.Client(self.cluster, asynchronous=True)
         else:
             client = await distributed.Client(self.scheduler, asynchronous=True, timeout=patience)
-            # External workers may not have this project: ship its workloads package.
-            await client.register_plugin(distributed.UploadDirectory(str(ROOT / "workloads")), name="lab-workloads")
+            # External workers may not have this project: ship its workloads package, to each worker and
+            # every worker that joins later (a registered plugin).
+            await client.register_plugin(_workloads_upload(), name="lab-workloads")
         client.subscribe_topic(self.topic, self._on_started)
         await client.register_plugin(WarmUp(), name=WarmUp.name)
         self.client = client

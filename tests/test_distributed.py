@@ -52,6 +52,11 @@ def _predict_model() -> int | None:
     return None if model is None else id(model)
 
 
+def _workloads_origin() -> str:
+    """On a worker: where its `workloads` package was imported from."""
+    return str(sys.modules["workloads"].__file__)
+
+
 def _executing(dask_worker: Worker) -> int:
     """On a worker: how many tasks it is running."""
     return len(dask_worker.state.executing)
@@ -98,10 +103,14 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
     assert set(by_address) == addresses
     assert {r.json()["worker"]["pid"] for r in replies} == {w["pid"] for w in by_address.values()}
     assert all(w["threads"] == 1 and w["memory_bytes"] for w in by_address.values())
-    # The workers run from an empty folder: the client shipped the workloads package to them.
+    # The workers run from an empty folder: the client shipped the workloads package to them, each into its
+    # own directory (two nannies unpacking into one shared folder collide).
     assert not (cluster.folder / "workloads").exists()
-    assert (cluster.folder / SCRATCH / "workloads" / "registry.py").exists()
     with cluster.client() as client:
+        origins = client.run(_workloads_origin)
+        assert len(set(origins.values())) == 2, origins
+        for origin in origins.values():
+            assert origin.startswith(str(cluster.folder / SCRATCH)) and "lab_workloads.zip" in origin, origins
         # Each worker trained its predict model when the lab connected, and no task trains another.
         models = client.run(_predict_model)
         assert len(models) == 2 and None not in models.values()

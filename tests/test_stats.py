@@ -59,7 +59,9 @@ def test_busy_workers_and_waiting_jobs_are_visible(start_server: StartServer) ->
         def all_four_in() -> dict[str, Any] | None:
             pools: dict[str, Any] = get(f"{lab.url}/stats").json()["processes"][0]["pools"]
             arrived = sum(pools[m]["running"] + pools[m]["waiting"] for m in ("processing", "threading"))
-            return pools if arrived == 4 else None
+            # A worker process says it started a job a moment after the pool took it: wait for both to show.
+            started = all(pools[m]["busy_workers"] for m in ("processing", "threading"))
+            return pools if arrived == 4 and started else None
 
         assert wait_for(all_four_in)
         pools = all_four_in()

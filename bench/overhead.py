@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `be
 
 from bench.args import param_pair, stop_on_sigterm
 from bench.engine import get, mode_url, percentile, with_tag
-from bench.servers import LocalServer
+from bench.servers import own_server
 from bench.summary import Column, markdown_table, median, new_results_dir, text_table
 from lab.modes import MODES
 
@@ -150,10 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.url:
             run(args, args.url.rstrip("/"))
         else:
-            with tempfile.TemporaryDirectory(prefix="overhead-server-") as tmp:
-                print(f"starting a server: server.py {args.server_args}".rstrip(), file=sys.stderr)
-                with LocalServer(shlex.split(args.server_args), Path(tmp) / "server.log") as server:
-                    run(args, server.url)
+            with own_server(args.server_args, "overhead-server-") as server:
+                run(args, server.url)
     except (RuntimeError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

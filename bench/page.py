@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -39,7 +37,7 @@ if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import param_pair, stop_on_sigterm
-from bench.servers import LocalServer
+from bench.servers import own_server
 from bench.summary import Column, new_results_dir, text_table
 from lab import ROOT
 from lab.modes import MODES
@@ -288,9 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 base = args.url.rstrip("/")
                 pid = _server_pid(base)
             else:
-                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="page-server-"))
-                print(f"starting a server: server.py {args.server_args}".rstrip(), file=sys.stderr)
-                server = stack.enter_context(LocalServer(shlex.split(args.server_args), Path(tmp) / "server.log"))
+                server = stack.enter_context(own_server(args.server_args, "page-server-"))
                 assert server.process is not None
                 base, pid = server.url, server.process.pid
             rows = run(args, base, pid)

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +31,7 @@ if __package__ in (None, ""):  # run as `python bench/race.py`: make the `bench`
 from bench import charts
 from bench.args import param_pair, stop_on_sigterm
 from bench.engine import Event, race
-from bench.servers import LocalServer
+from bench.servers import own_server
 from bench.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
 from lab.modes import MODES
 
@@ -234,11 +232,8 @@ def _with_own_server(
     args: argparse.Namespace, on_event: Callable[[Event], None] | None
 ) -> tuple[list[dict[str, Any]], str]:
     """Start a server for this run (stopped however the run ends); the races and its URL."""
-    with tempfile.TemporaryDirectory(prefix="race-server-") as tmp:
-        if not args.jsonl:
-            print(f"starting a server: server.py {args.server_args}".rstrip(), file=sys.stderr)
-        with LocalServer(shlex.split(args.server_args), Path(tmp) / "server.log") as server:
-            return run_races(args, server.url, on_event), server.url
+    with own_server(args.server_args, "race-server-", quiet=args.jsonl) as server:
+        return run_races(args, server.url, on_event), server.url
 
 
 if __name__ == "__main__":

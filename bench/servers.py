@@ -6,11 +6,13 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -113,6 +115,17 @@ def stop_server(process: subprocess.Popen[bytes], grace: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+@contextlib.contextmanager
+def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterator[LocalServer]:
+    """A server for this run from a bench tool's `--server-args`, logging to a temporary folder; stopped and
+    its folder removed however the run ends."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        if not quiet:
+            print(f"starting a server: server.py {server_args}".rstrip(), file=sys.stderr)
+        with LocalServer(shlex.split(server_args), Path(tmp) / "server.log") as server:
+            yield server
 
 
 class LocalServer:

@@ -17,14 +17,20 @@ function describe(svg, race) {
   return { batches, failed, worst };
 }
 
-export function drawPings(svg, race, f) {
+// Clear `svg` and size it for a plot `plotH` high between margins `top` and `below`; the plot's bottom edge.
+function frame(svg, f, top, plotH, below) {
   svg.replaceChildren();
-  const top = 10;
-  const plotH = f.narrow ? 80 : 96;
   const bottom = top + plotH;
-  const height = bottom + 8;
+  const height = bottom + below;
   svg.setAttribute("viewBox", `0 0 ${f.width} ${height}`);
   svg.setAttribute("height", height);
+  return bottom;
+}
+
+export function drawPings(svg, race, f) {
+  const top = 10;
+  const plotH = f.narrow ? 80 : 96;
+  const bottom = frame(svg, f, top, plotH, 8);
   const { batches, failed, worst } = describe(svg, race);
   const lo = 0.1;
   const hi = Math.max(1000, 10 ** Math.ceil(Math.log10(Math.max(worst, 1))));
@@ -67,13 +73,9 @@ export function drawPings(svg, race, f) {
 // The GIL meter (gilknocker in the server process), 0 to 1, as the probes' answers reported it:
 // one step per batch, from the first probe to the last answer it covers.
 export function drawGil(svg, race, f) {
-  svg.replaceChildren();
   const top = 8;
   const plotH = f.narrow ? 36 : 44;
-  const bottom = top + plotH;
-  const height = bottom + 6;
-  svg.setAttribute("viewBox", `0 0 ${f.width} ${height}`);
-  svg.setAttribute("height", height);
+  const bottom = frame(svg, f, top, plotH, 6);
   const y = (value) => bottom - Math.max(0, Math.min(1, value)) * plotH;
   const grid = el("g", { class: "grid" }, svg);
   for (const v of [0, 0.5, 1]) {

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `be
 from bench.args import param_pair, stop_on_sigterm
 from bench.engine import get, mode_url, percentile, with_tag
 from bench.servers import own_server
-from bench.summary import Column, markdown_table, median, new_results_dir, text_table
+from bench.summary import Column, markdown_table, new_results_dir, text_table
 from lab.modes import MODES
 
 WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]
@@ -120,8 +120,11 @@ def summarise(mode: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
         "failed": len(samples) - len(ok),
         "client_p50_ms": percentile(client, 0.5),
         "client_p90_ms": percentile(client, 0.9),
-        "server_p50_ms": median(in_server) if in_server else None,
-        "run_p50_ms": median(runs) if runs else None,
+        # One estimator for every p50 (nearest rank): each request's time in the server is at most its
+        # client time, so the same order statistic keeps that order; an interpolated median beside a
+        # nearest-rank one did not (4 samples: in server 14.3 ms > client 14.0 ms).
+        "server_p50_ms": percentile(in_server, 0.5),
+        "run_p50_ms": percentile(runs, 0.5),
     }
 
 

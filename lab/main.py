@@ -51,6 +51,28 @@ def raise_fd_limit(wanted: int = 65536) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+# Stop signals that arrived before serve() could handle them (see defer_stop_signals).
+early_signals: list[int] = []
+
+
+def defer_stop_signals() -> None:
+    """Until serve() installs its own handlers, note SIGTERM/SIGINT instead of dying of them.
+
+    Start-up has a window (binding, starting the upstream, forking) where the
+    default action would end the process on the spot: a parent killed there
+    leaves its embedded upstream running, a child dies with -15 instead of
+    stopping cleanly. serve() replays what was noted as soon as it can.
+    """
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        early_signals.append(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, note)
+
+
 def fork_children(count: int, spare: set[int]) -> int:
     """Fork `count` servers with tornado.process.fork_processes; returns in each child.
 
@@ -68,14 +90,16 @@ def fork_children(count: int, spare: set[int]) -> int:
             if child.pid not in spare:
                 child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    if early_signals:
+        stopping = True  # a stop came before the fork: the children replay it and end at once
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, forward)
     task_id = fork_processes(count)
-    # From here on we are a child.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if stopping:
-        sys.exit(0)  # restarted while the parent shuts down: nothing to do
+    # From here on we are a child: a stop before serve() is noted, not fatal.
+    defer_stop_signals()
+    if stopping:  # forked (or restarted) while the parent shuts down: nothing to do
+        log.info("stopped during start-up")
+        sys.exit(0)
     watch_parent()
     return task_id
 
@@ -110,8 +134,11 @@ async def serve(
             hurry.set()
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    for signum in early_signals:  # a stop that came during start-up
+        on_signal(signum)
+    early_signals.clear()
 
     # Warming the process pool takes seconds; a stop signal must not wait for it.
     starting = asyncio.ensure_future(Services.start(config, base_url, upstream_url, task_id, board))
@@ -166,6 +193,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         print(f"server.py: error: {problem}", file=sys.stderr)
         sys.exit(2)
     raise_fd_limit()
+    defer_stop_signals()  # from here on, a stop is a clean one
     reuse_port = config.forked and config.accept == "reuseport"
     if reuse_port:
         # Each child binds a socket of its own after the fork; this one only

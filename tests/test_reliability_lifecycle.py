@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.main import STOP_SIGNALS, defer_stop_signals, early_signals
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.lab_server import LabServer, get, pool_stats
@@ -34,9 +35,10 @@ def test_in_flight_requests_finish_before_the_server_stops(start_server: StartSe
     lab = start_server("--process-pool", "1", *args)
     with ThreadPoolExecutor(4) as pool:  # 3 requests + the stop
         jobs = [
-            pool.submit(get, f"{lab.url}/processing/sleep?seconds=1.5"),
-            pool.submit(get, f"{lab.url}/threading/sleep?seconds=1.5"),
-            pool.submit(get, f"{lab.url}/async?delay=1.5"),
+            # Long enough that the stop surely lands while all three run, on a slow host too.
+            pool.submit(get, f"{lab.url}/processing/sleep?seconds=4"),
+            pool.submit(get, f"{lab.url}/threading/sleep?seconds=4"),
+            pool.submit(get, f"{lab.url}/async?delay=4"),
         ]
         assert wait_for(lambda: _active(lab) == 3, timeout=10)
         stopped = pool.submit(lab.terminate, sig, group=group)
@@ -53,10 +55,13 @@ def _active(lab) -> int:
     return int(sum(p["active_requests"] for p in stats["processes"])) - 1  # minus this /stats request
 
 
-def test_a_stop_during_start_up_is_prompt(tmp_path: Path) -> None:
-    lab = LabServer(["--process-pool", "2"], tmp_path / "server.log")
+@pytest.mark.parametrize("args", [(), ("--processes", "2")], ids=["single", "forked"])
+def test_a_stop_during_start_up_is_prompt(tmp_path: Path, args: tuple[str, ...]) -> None:
+    lab = LabServer(["--process-pool", "2", *args], tmp_path / "server.log")
     try:
-        lab.start(ready=False)  # the socket is bound; the process pool is still warming up
+        # The socket is bound; the process pool is still warming up. The signal lands anywhere
+        # from just before the fork to the children's start: each must be a clean stop.
+        lab.start(ready=False)
         assert lab.terminate(timeout=10) == 0
         assert "stopped during start-up" in lab.log()
         assert lab.survivors() == []
@@ -132,3 +137,18 @@ def test_a_sigkilled_server_leaves_no_orphans(start_server: StartServer, args) -
     assert len(started) >= 3
     os.kill(lab.pid, signal.SIGKILL)  # no handler runs: the children must notice by themselves
     assert lab.survivors() == []
+
+
+def test_a_stop_signal_before_the_loop_handles_signals_is_noted_not_fatal() -> None:
+    # Between binding and serve() installing its handlers, SIGTERM's default action would end
+    # the server on the spot (and leave its embedded upstream running): it is noted instead,
+    # and serve() replays it.
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        defer_stop_signals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert wait_for(lambda: early_signals == [signal.SIGTERM], timeout=5)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        early_signals.clear()

@@ -82,7 +82,7 @@ class Tracked:
             self._watcher.join()
         return out, err
 
-    def survivors(self, wait: float = 10.0) -> list[int]:
+    def survivors(self, wait: float = 30.0) -> list[int]:
         """Noted processes still running, and members of the noted sessions (waits for slow exits)."""
         return self.watch.survivors(self.sessions, wait)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,3 +49,16 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     finally:
         for lab in started:
             lab.cleanup()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port where connecting is refused for the whole test.
+
+    Bound but never listening: nobody else can take it (a port closed again at
+    once could go to the other xdist worker's next server), and a connect gets
+    ECONNREFUSED.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])

@@ -70,12 +70,13 @@ def probe_during(
     """Start the jobs, send one probe once they run; both replies.
 
     `running` tells when they do (poll /stats); without it (a blocked server
-    cannot answer), the probe goes 0.3 s later, ample for local requests to land.
+    cannot answer), the probe goes 0.8 s later, ample for local requests to land
+    on a stalled host too (the jobs must outlast that by far).
     """
     with ThreadPoolExecutor(len(job_urls)) as pool:
         jobs = [pool.submit(get, url) for url in job_urls]
         if running is None:
-            time.sleep(0.3)
+            time.sleep(0.8)
         else:
             assert wait_for(running)
         probe = get(probe_url)
@@ -199,7 +200,7 @@ class LabServer:
                 return None
         return self.process.returncode
 
-    def survivors(self, wait: float = 10.0) -> list[int]:
+    def survivors(self, wait: float = 30.0) -> list[int]:
         """Processes this server started that are still alive (zombies count as gone).
 
         Looks at every process it was seen to start and at every member of its

@@ -28,7 +28,7 @@ def running(pid: int) -> bool:
     return False
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0) -> bool:
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,7 +62,7 @@ class Watch:
     def alive(self) -> list[psutil.Process]:
         return [p for p in self.noted.values() if alive(p)]
 
-    def survivors(self, sessions: set[int], wait: float = 10.0) -> list[int]:
+    def survivors(self, sessions: set[int], wait: float = 30.0) -> list[int]:
         """Pids of noted processes or session members still alive after up to `wait` seconds."""
         found: set[int] = set()
 

@@ -15,9 +15,9 @@ from tests.lab_server import LabServer, copies, get, get_many
 
 
 def test_fanout_calls_overlap_at_the_upstream(server: LabServer) -> None:
-    body = get(f"{server.url}/async?delay=0.3&fanout=5").json()
+    body = get(f"{server.url}/async?delay=1&fanout=5").json()
     assert_envelope(body, "async", "upstream")
-    assert body["params"] == {"delay": 0.3, "fanout": 5}
+    assert body["params"] == {"delay": 1.0, "fanout": 5}
     calls = body["result"]["calls"]
     assert len(calls) == 5
     assert len({c["pid"] for c in calls}) == 1
@@ -30,7 +30,7 @@ def test_many_concurrent_requests_are_not_queued_in_the_client(server: LabServer
     # 30 requests x fanout 2 = 60 calls, far past AsyncHTTPClient's default of 10. The
     # delay is long enough for all of them to arrive on a busy machine: if the
     # client queued any, some would start only after the first ones finished.
-    replies = get_many(copies(f"{server.url}/async?delay=2&fanout=2", 30))
+    replies = get_many(copies(f"{server.url}/async?delay=4&fanout=2", 30))
     calls = [c for r in replies for c in r.json()["result"]["calls"]]
     assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 60
 
@@ -42,21 +42,14 @@ def test_delay_and_fanout_are_validated(server: LabServer) -> None:
 
 
 @pytest.fixture
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed on exit: connecting is refused
-
-
-@pytest.fixture
 def silent_upstream() -> Iterator[str]:
     # Listens (the kernel completes the handshake) but never answers.
     with socket.create_server(("127.0.0.1", 0)) as sock:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def test_refused_upstream_is_502(start_server: StartServer, closed_port: int) -> None:
-    lab = start_server("--upstream", f"http://127.0.0.1:{closed_port}", "--process-pool", "1")
+def test_refused_upstream_is_502(start_server: StartServer, refused_port: int) -> None:
+    lab = start_server("--upstream", f"http://127.0.0.1:{refused_port}", "--process-pool", "1")
     assert_error(get(f"{lab.url}/async?delay=0"), 502, "unreachable")
     assert get(f"{lab.url}/ping").status == 200
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.overhead import summarise
 from lab import ROOT
 from tests.conftest import StartServer
@@ -19,6 +21,7 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*OVERHEAD, *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
 
 
+@pytest.mark.timeout(300)  # a whole bench run on a lab server that starts a Dask cluster
 def test_each_mode_gets_the_same_requests_in_turn(start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "1", "--dask-workers", "1")
     modes = ["blocking", "processing", "distributed"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,12 +65,13 @@ def test_without_batching_every_probe_is_an_event_with_the_gil_reading(start_ser
     assert summary["ping_count"] == len(pings)
 
 
+@pytest.mark.timeout(300)  # a whole bench run on a lab server that starts a Dask cluster
 def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "race"
     # As a script, not a module: both ways must work.
     done = run([sys.executable, "bench/race.py", "--url", lab.url, "--all", *TINY, "--delay", "0.05",
-                "--out", str(out)])  # fmt: skip
+                "--out", str(out)], timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr
     modes = ["blocking", "threading", "processing", "distributed", "async"]
     lines = done.stdout.splitlines()
@@ -94,11 +94,8 @@ def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: Star
     assert by_mode["async"]["params"] == {"delay": "0.05"}
 
 
-def test_an_unreachable_server_is_an_error_event() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    done = run([*RACE, "--url", f"http://127.0.0.1:{port}", "--mode", "threading", "--jsonl"], timeout=30)
+def test_an_unreachable_server_is_an_error_event(refused_port: int) -> None:
+    done = run([*RACE, "--url", f"http://127.0.0.1:{refused_port}", "--mode", "threading", "--jsonl"], timeout=30)
     assert done.returncode == 1
     [event] = [json.loads(line) for line in done.stdout.splitlines()]
     assert event["event"] == "error" and "stats" in event["message"]

@@ -6,9 +6,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.bench_helpers import Tracked, is_png
 
 
+@pytest.mark.timeout(300)  # a whole bench run, with servers of its own
 def test_a_tiny_scale_run_measures_each_series_and_stops_every_server(tmp_path: Path) -> None:
     out = tmp_path / "scale"
     argv = [sys.executable, "-m", "bench.scale", "--levels", "6", "--seconds", "0.2", "--thread-pool", "2",

@@ -94,7 +94,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "results"
     done = subprocess.run([SIEGE_SH, "--url", lab.url, *TINY, "--out", str(out)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+                          capture_output=True, text=True, timeout=270, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = read_results(out)
     assert [r["endpoint"] for r in rows] == MODES
@@ -121,7 +121,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
 def test_own_servers_are_started_measured_and_all_stopped(siege: str, tmp_path: Path) -> None:
     out = tmp_path / "results"
     with Tracked([SIEGE_SH, *TINY, "--server-args", "--process-pool 1", "--out", str(out)]) as run:
-        stdout, stderr = run.communicate(timeout=150)
+        stdout, stderr = run.communicate(timeout=270)
         assert run.process.returncode == 0, stderr
         assert len(run.sessions) >= 3  # siege.sh's own, and one per server (setsid)
         assert run.survivors() == []

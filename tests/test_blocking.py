@@ -33,7 +33,7 @@ def test_each_response_leaves_before_the_next_run_ends(server: LabServer) -> Non
 
 
 def test_a_ping_during_a_run_waits_for_it(server: LabServer) -> None:
-    [job], ping = probe_during([f"{server.url}/blocking/sleep?seconds=1"], f"{server.url}/ping")
+    [job], ping = probe_during([f"{server.url}/blocking/sleep?seconds=2"], f"{server.url}/ping")
     ran = job.json()["timing"]
     assert ran["started"] < ping.sent < ran["finished"]
     assert ping.status == 200

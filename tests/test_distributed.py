@@ -80,14 +80,23 @@ def _pool(url: str) -> dict[str, Any]:
     return pool_stats(url, "distributed")
 
 
-def _assert_spread_and_overlap(replies: list[Reply]) -> set[str]:
-    assert [r.status for r in replies] == [200] * len(replies), [r.body[:200] for r in replies]
-    for reply in replies:
-        assert_envelope(reply.json(), "distributed", "count")
-    addresses = {r.json()["worker"]["address"] for r in replies}
-    assert len(addresses) == 2 and all(a.startswith("tcp://127.0.0.1:") for a in addresses)
-    assert any_overlap(run_intervals(replies))  # two workers computed at the same time
-    return addresses
+def _burst_on_both_workers(url: str) -> tuple[list[Reply], set[str]]:
+    """10 concurrent counts that ran on both workers, at the same time, in one of up to 3 bursts.
+
+    The scheduler may rightly hand a whole burst to one worker while the other is
+    briefly busy (its start-up, a plugin): a burst is tried again, up to 3 times,
+    before the spread counts as broken.
+    """
+    for _ in range(3):
+        replies = get_many(copies(f"{url}/distributed/count?n=3000000", 10))
+        assert [r.status for r in replies] == [200] * len(replies), [r.body[:200] for r in replies]
+        for reply in replies:
+            assert_envelope(reply.json(), "distributed", "count")
+        addresses = {r.json()["worker"]["address"] for r in replies}
+        assert all(a.startswith("tcp://127.0.0.1:") for a in addresses)
+        if len(addresses) == 2 and any_overlap(run_intervals(replies)):  # two workers computed at once
+            return replies, addresses
+    pytest.fail(f"3 bursts, none on both workers at the same time; the last ran on {addresses}")
 
 
 def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
@@ -95,8 +104,7 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
 ) -> None:
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
     _wait_for_both_workers(lab.url, cluster)
-    replies = get_many(copies(f"{lab.url}/distributed/count?n=3000000", 10))
-    addresses = _assert_spread_and_overlap(replies)
+    replies, addresses = _burst_on_both_workers(lab.url)
     server = get(f"{lab.url}/stats").json()["server"]
     assert server["dask"]["scheduler"] == cluster.address and server["dask"]["embedded"] is False
     by_address = {w["address"]: w for w in server["dask"]["workers"]}
@@ -125,8 +133,7 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
 def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1", "--dask-workers", "2")
     assert get(f"{lab.url}/stats").json()["server"]["dask"]["state"] == "not started"  # started on first use
-    replies = get_many(copies(f"{lab.url}/distributed/count?n=3000000", 10))
-    _assert_spread_and_overlap(replies)
+    _burst_on_both_workers(lab.url)
     dask = get(f"{lab.url}/stats").json()["server"]["dask"]
     assert dask["embedded"] is True and dask["state"] == "running" and len(dask["workers"]) == 2
     pids = {w["pid"] for w in dask["workers"]}
@@ -187,7 +194,8 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with cluster.client() as other:
         # Another user of the cluster keeps both workers busy: the lab's task waits at the scheduler.
-        busy = [other.submit(time.sleep, 3, pure=False, workers=[str(w["address"])]) for w in _workers(lab.url)]
+        # 8 s: the steps below (polls, a disconnect noticed, a cancel at the scheduler) must end before they do.
+        busy = [other.submit(time.sleep, 8, pure=False, workers=[str(w["address"])]) for w in _workers(lab.url)]
         assert wait_for(lambda: sum(other.run(_executing).values()) == 2)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
             sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: lab\r\n\r\n")
@@ -235,13 +243,14 @@ def test_a_lost_scheduler_is_a_503_with_retry_after_never_a_hang(
     assert get(f"{lab.url}/ping").status == 200
 
 
-def test_an_unreachable_scheduler_at_start_up_is_exit_2_with_one_line(tmp_path: Path) -> None:
+def test_an_unreachable_scheduler_at_start_up_is_exit_2_with_one_line(refused_port: int) -> None:
+    address = f"tcp://127.0.0.1:{refused_port}"
     done = subprocess.run(
-        [sys.executable, "server.py", "--port", "0", "--dask-scheduler", "tcp://127.0.0.1:9"],
+        [sys.executable, "server.py", "--port", "0", "--dask-scheduler", address],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.count("\n") == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in done.stderr
+    assert done.stderr.count("\n") == 1 and f"cannot reach the Dask scheduler at {address}" in done.stderr
 
 
 def test_a_task_over_the_job_timeout_is_504_and_its_worker_replaced(start_server: StartServer) -> None:

@@ -44,7 +44,16 @@ queries = st.lists(st.tuples(names, values), max_size=5).flatmap(
 
 # Valid params that would take long are fine for the server but not for a
 # fuzz test: keep every run this test triggers under a few milliseconds.
-CHEAP = {"n": 100_000, "repeat": 3, "trees": 5, "rows": 2000, "seconds": 0.01, "delay": 0.01, "fanout": 5}
+# Caps per workload, since one name means different costs (count's n=100000 is instant, fib's would never end).
+CHEAP: dict[str, dict[str, float]] = {
+    "count": {"n": 100_000},
+    "fib": {"n": 20},
+    "matmul": {"n": 100, "repeat": 3},
+    "train": {"trees": 5},
+    "predict": {"rows": 2000},
+    "sleep": {"seconds": 0.01},
+    "async": {"delay": 0.01, "fanout": 5},
+}
 
 
 def _cheap_or_invalid(route: str, query: str) -> bool:
@@ -52,14 +61,17 @@ def _cheap_or_invalid(route: str, query: str) -> bool:
         args = urllib.parse.parse_qs(query, keep_blank_values=True, errors="strict", separator="&")
         parts = route.strip("/").split("/")
         if parts[0] == "async":
+            workload = "async"
             params: dict[str, Any] = parse_params("async", ASYNC_PARAMS, args)
         elif parts[0] in MODES:
-            params = WORKLOADS[parts[1] if len(parts) > 1 else "count"].parse(args)
+            workload = parts[1] if len(parts) > 1 else "count"
+            params = WORKLOADS[workload].parse(args)  # defaults included: /threading/fib alone is fib(34)
         else:
             return True
     except (ParamError, KeyError, UnicodeDecodeError, ValueError):
         return True
-    return all(not isinstance(v, int | float) or v <= CHEAP.get(k, v) for k, v in params.items())
+    caps = CHEAP[workload]
+    return all(not isinstance(v, int | float) or v <= caps.get(k, v) for k, v in params.items())
 
 
 def _assert_lab_reply(reply: RawReply, route: str) -> None:

@@ -10,7 +10,7 @@ from tests.lab_server import LabServer, copies, get, get_many
 
 
 def test_100_concurrent_async_requests(server: LabServer) -> None:
-    replies = get_many(copies(f"{server.url}/async?delay=3", 100))
+    replies = get_many(copies(f"{server.url}/async?delay=5", 100))
     assert [r.status for r in replies] == [200] * 100
     calls = [r.json()["result"]["calls"][0] for r in replies]
     assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 100  # all waited together
@@ -49,7 +49,7 @@ def test_300_concurrent_async_requests_all_wait_at_the_upstream_together(server:
     # The pooled client opens a connection whenever none is idle: none of the
     # calls may wait for another (a generous delay: 300 client threads take a
     # while to start on a busy machine).
-    replies = get_many(copies(f"{server.url}/async?delay=3", 300))
+    replies = get_many(copies(f"{server.url}/async?delay=6", 300))
     assert [r.status for r in replies] == [200] * 300
     calls = [r.json()["result"]["calls"][0] for r in replies]
     assert max_concurrency([(c["started"], c["finished"]) for c in calls]) == 300

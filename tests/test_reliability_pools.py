@@ -25,16 +25,21 @@ def _pool(lab: LabServer, mode: str) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", ["threading", "processing", "distributed"])
 def test_beyond_max_pending_is_503_at_once(start_server: StartServer, mode: str) -> None:
     lab = start_server("--process-pool", "1", "--thread-pool", "1", "--dask-workers", "1", "--max-pending", "1")
+    # Warm first: the embedded Dask cluster starts with the first request, which can take longer
+    # than the seconds the burst below leaves for the third request to find the pool full.
+    assert get(f"{lab.url}/{mode}/sleep?seconds=0&_=warm", timeout=120).status == 200
+    before = _pool(lab, mode)
     with ThreadPoolExecutor(2) as pool:
-        running, waiting = (pool.submit(get, u) for u in copies(f"{lab.url}/{mode}/sleep?seconds=1.5", 2))
+        running, waiting = (pool.submit(get, u) for u in copies(f"{lab.url}/{mode}/sleep?seconds=3", 2))
         assert wait_for(lambda: _pool(lab, mode)["waiting"] == 1)
-        rejected = get(f"{lab.url}/{mode}/sleep?seconds=1.5&_=third")
+        rejected = get(f"{lab.url}/{mode}/sleep?seconds=3&_=third")
         assert_error(rejected, 503, "pool is full", "--max-pending 1")
         assert rejected.headers["Retry-After"] == "1"
         assert rejected.received - rejected.sent < 1.0  # at once, not after a wait
         assert running.result().status == 200 and waiting.result().status == 200
     stats = _pool(lab, mode)
-    assert (stats["rejected"], stats["submitted"], stats["running"], stats["waiting"]) == (1, 2, 0, 0)
+    grew = {key: stats[key] - before[key] for key in ("rejected", "submitted")}
+    assert (grew["rejected"], grew["submitted"], stats["running"], stats["waiting"]) == (1, 2, 0, 0)
 
 
 def test_stuck_process_job_gets_504_and_its_worker_is_replaced(start_server: StartServer) -> None:
@@ -67,7 +72,7 @@ def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer) -> N
     lab = start_server("--process-pool", "1")
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(get, f"{lab.url}/processing/sleep?seconds=1.5")
+        first = pool.submit(get, f"{lab.url}/processing/sleep?seconds=4")  # outlasts the steps below
         assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
             sock.sendall(b"GET /processing/sleep?seconds=5 HTTP/1.1\r\nHost: lab\r\n\r\n")
@@ -108,16 +113,16 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_job(start_server
 
 
 def test_jobs_beside_a_stuck_one_get_503_when_its_pool_is_replaced(start_server: StartServer) -> None:
-    lab = start_server("--process-pool", "2", "--job-timeout", "3")
+    lab = start_server("--process-pool", "2", "--job-timeout", "4")
     with ThreadPoolExecutor(2) as pool:
         stuck = pool.submit(get, f"{lab.url}/processing/sleep?seconds=20")
         assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
-        # The bystander must start well after the stuck job, or its own 3 s
-        # deadline would race the stuck one's: a second's head start, on purpose.
-        time.sleep(1.0)
+        # The bystander must start well after the stuck job, or its own 4 s
+        # deadline would race the stuck one's: two seconds' head start, on purpose.
+        time.sleep(2.0)
         bystander = pool.submit(get, f"{lab.url}/processing/sleep?seconds=10")  # still running at the kill
         assert wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 2)
-        assert_error(stuck.result(), 504, "--job-timeout 3 s")
+        assert_error(stuck.result(), 504, "--job-timeout 4 s")
         reply = bystander.result()
     assert_error(reply, 503, "process pool broke while running this job")
     assert reply.headers["Retry-After"] == "1"

@@ -79,11 +79,20 @@ class LabHandler(JsonHandler):
         stream = self.request.connection.stream  # type: ignore[union-attr]
         self.services.occupancy.move(stream, self, self.services.share(mode, workload))
 
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> asyncio.Future[None]:
+        # Counted before the response leaves: a client holding its answer that
+        # asks /stats next, whichever process answers, finds the request there.
+        self._account(self.get_status(), self.request.request_time())
+        return super().finish(chunk)
+
     def finished(self, status: int, seconds: float) -> None:
         """The request is over (called by the app's log function)."""
         occupancy = self.services.occupancy
         occupancy.release(self)
         occupancy.release(self.request.connection.stream)  # type: ignore[union-attr]
+        self._account(status, seconds)  # if finish() never ran
+
+    def _account(self, status: int, seconds: float) -> None:
         if self._counted:
             self._counted = False
             self.services.request_finished(self.stats_mode, status, seconds)

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
-# A request's end reaches the board at once, or, in a burst, within this long:
+# A request's end reaches the board at once, or, while others are in flight, within this long:
 # a thousand ends then cost a few hundred writes, not a thousand.
 PUBLISH_AFTER_REQUEST_S = 0.005
 
@@ -153,9 +153,15 @@ class Services:
         self.board.write(self.task_id or 0, self.snapshot())
 
     def _publish_request(self) -> None:
-        """After a request: publish now, or, if that was just done, once the burst allows."""
+        """After a request: publish now, or, in a burst that was just published, once the burst allows.
+
+        The last request in flight always publishes at once: an idle process
+        has nothing to batch, and a client that has all its answers must find
+        every one of them in /stats (bench/siege.sh's spread is a difference
+        of two readings).
+        """
         wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
-        if wait <= 0:
+        if wait <= 0 or not self.active_requests:
             self.publish()
         elif self._publish_soon is None:
             self._publish_soon = asyncio.get_running_loop().call_later(wait, self.publish)

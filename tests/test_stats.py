@@ -100,3 +100,19 @@ def test_any_forked_child_reports_all_children(start_server: StartServer) -> Non
             if len(answered_by) == 2:
                 break
     assert answered_by == served_by
+
+
+def test_an_answered_request_is_already_counted_by_every_child(start_server: StartServer) -> None:
+    # bench/siege.sh's spread is the difference of two /stats readings: a
+    # request whose answer the client holds must be on the board, whichever
+    # child answers /stats next (found by CI: one reading came a request short).
+    lab = start_server("--processes", "2", "--process-pool", "1")
+    crossed = 0
+    for done in range(1, 61):
+        served_by = get(f"{lab.url}/blocking/sleep?seconds=0").json()["server"]["pid"]
+        stats = get(f"{lab.url}/stats").json()
+        assert stats["totals"]["requests"]["blocking"]["count"] == done
+        crossed += stats["server"]["answered_by"]["pid"] != served_by
+        if crossed >= 10:
+            break
+    assert crossed > 0, "every /stats came from the child that had just answered"

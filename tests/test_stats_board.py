@@ -1,13 +1,17 @@
-"""The shared-memory stats board: slots, the seqlock, and recovery from a torn write."""
+"""The shared-memory stats board: slots, the seqlock, recovery from a torn write, and when a process publishes."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 
 import pytest
 
+from lab.config import Config
+from lab.services import Services
 from lab.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
+from lab.upstream_client import Upstream
 
 
 def test_slots_hold_their_last_document() -> None:
@@ -55,3 +59,37 @@ def test_request_stats_sum_and_merge() -> None:
 def test_a_document_too_large_for_a_slot_is_refused() -> None:
     with pytest.raises(ValueError, match="does not fit a slot"):
         Board(1).write(0, {"x": "y" * SLOT_BYTES})
+
+
+def _services(board: Board) -> Services:
+    config = Config(access_log=False)
+    upstream = Upstream("http://127.0.0.1:1", config.upstream_client, config.upstream_timeout)
+    return Services(config=config, base_url="", runners={}, upstream=upstream, task_id=None,
+                    board=board, requests=RequestStats())  # fmt: skip
+
+
+def _board_count(board: Board) -> int:
+    document = board.read(0)
+    assert document is not None
+    return int(document["requests"].get("blocking", {}).get("count", 0))
+
+
+def test_the_last_request_in_flight_reaches_the_board_at_once() -> None:
+    async def scenario() -> None:
+        board = Board(1)
+        services = _services(board)
+        services.publish()  # a moment ago: the next request's end falls inside the burst window
+        services.request_started()
+        services.request_finished("blocking", 200, 0.01)
+        assert _board_count(board) == 1  # an idle process has nothing to batch
+        # In a burst, an end right after a publish waits for the window; the burst's last end does not.
+        services.request_started()
+        services.request_started()
+        services.publish()
+        services.request_finished("blocking", 200, 0.01)
+        assert _board_count(board) == 1
+        services.request_finished("blocking", 200, 0.01)
+        assert _board_count(board) == 3
+        services.upstream.close()
+
+    asyncio.run(scenario())

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,54 +236,64 @@ def uwsgi_stats(path: Path) -> dict[str, Any] | None:
 
 
 class WorkerView:
-    """uwsgitop's view of a burst: per uWSGI worker, the requests it served and how often it was busy."""
+    """uwsgitop's view of a burst: per uWSGI worker, the requests it served and how busy it was.
+
+    Both come from uWSGI's own accounting (the stats socket's `requests` and
+    `running_time`, uwsgitop's REQ and RunT), read as the burst starts and
+    once it is over, not sampled: a sample every so often misses a worker
+    whose requests are short. A worker counts a request *after* its answer
+    has left (uWSGI's uwsgi_close_request), so the closing reading waits
+    until no worker is busy.
+    """
+
+    SETTLE_S = 3.0  # the longest the closing reading waits for the workers to finish their accounting
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.before: dict[int, int] = {}
-        self.after: dict[int, int] = {}
-        self.pids: dict[int, int] = {}
-        self.busy: dict[int, int] = {}
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.before: dict[int, dict[str, Any]] = {}
+        self.after: dict[int, dict[str, Any]] = {}
+        self._started = 0.0
+        self._seconds = 0.0
 
     def _read(self) -> dict[int, dict[str, Any]]:
         doc = uwsgi_stats(self.path) or {}
         return {int(w["id"]): w for w in doc.get("workers", [])}
 
     def start(self) -> None:
-        self.before = {wid: int(w["requests"]) for wid, w in self._read().items()}
-        self._thread = threading.Thread(target=self._run, name="uwsgitop", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            workers = self._read()
-            if not workers:
-                continue
-            self.samples += 1
-            for wid, worker in workers.items():
-                self.busy[wid] = self.busy.get(wid, 0) + (worker.get("status") == "busy")
+        self.before = self._read()
+        self._started = time.monotonic()
 
     def stop(self) -> None:
-        if self._stop.is_set():
+        if self.after:
             return  # stopped already: the burst's numbers stay as they were
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._seconds = time.monotonic() - self._started
+        deadline = time.monotonic() + self.SETTLE_S
         workers = self._read()
-        self.after = {wid: int(w["requests"]) for wid, w in workers.items()}
-        self.pids = {wid: int(w["pid"]) for wid, w in workers.items()}
+        while any(w.get("status") == "busy" for w in workers.values()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            workers = self._read()
+        self.after = workers
 
     def rows(self) -> list[dict[str, Any]]:
-        """Per worker: id, pid, requests during the burst, share of samples it was busy."""
+        """Per worker: id, pid, requests during the burst, and its busy share.
+
+        Busy: the time its requests ran (all its threads together) over the
+        burst's length times its threads, so 1.0 is every thread busy throughout.
+        """
+
+        def delta(wid: int, key: str) -> int:
+            return int(self.after[wid].get(key, 0)) - int(self.before.get(wid, {}).get(key, 0))
+
         return [
             {
                 "worker": wid,
-                "pid": self.pids.get(wid),
-                "requests": self.after.get(wid, 0) - self.before.get(wid, 0),
-                "busy": round(self.busy.get(wid, 0) / self.samples, 2) if self.samples else None,
+                "pid": int(worker["pid"]),
+                "requests": delta(wid, "requests"),
+                "busy": round(
+                    delta(wid, "running_time") / 1e6 / (self._seconds * max(1, len(worker.get("cores", [])))), 2
+                )
+                if self._seconds > 0
+                else None,
             }
-            for wid in sorted(self.after)
+            for wid, worker in sorted(self.after.items())
         ]

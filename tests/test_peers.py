@@ -55,12 +55,13 @@ def test_a_quick_comparison_races_real_peers_and_leaves_nothing_behind(tmp_path:
     # gunicorn gthread: one process, several of its threads.
     gthread = workers("gunicorn", "gthread -w 1 --threads 10")
     assert len({pid for pid, _ in gthread}) == 1 and len(gthread) >= 2
-    # uwsgitop's view: the stats socket saw both workers serve the burst (its /ping probes too) and be busy.
+    # uwsgitop's view: the stats socket counted both workers serving the burst (its /ping probes too), each
+    # busy for part of it (one thread each: at most all of it).
     findings = json.loads((out / "findings.json").read_text())
     view = next(v for v in findings["workers"] if v["config"] == p_n)
     spread = by_config[("uwsgi", p_n)]["row"]["spread"]
     assert {str(w["pid"]) for w in view["workers"]} == set(spread)
-    assert all(w["requests"] >= spread[str(w["pid"])] and w["busy"] > 0 for w in view["workers"]), view
+    assert all(w["requests"] >= spread[str(w["pid"])] and 0 < w["busy"] <= 1.1 for w in view["workers"]), view
     assert findings["findings"] and "## Findings" in (out / "compare.md").read_text()
     assert is_png(out / "compare.png")
     assert "wrote" in stdout and "uwsgi" in stdout

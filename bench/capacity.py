@@ -14,6 +14,7 @@ can reach.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import statistics
 import time
@@ -81,7 +82,8 @@ def measure(copies: int, rounds: int = ROUNDS) -> Capacity:
             together.append(_round(pipes))
     finally:
         for pipe in pipes:
-            pipe.send(False)
+            with contextlib.suppress(OSError):  # a worker that died already: the error to report is the first one
+                pipe.send(False)
         for worker in workers:
             worker.join(10)
     slowdown = statistics.median(max(1.0, t / s) for s, t in zip(solo, together, strict=True))

@@ -547,8 +547,8 @@ def write(run: Run, preset: Preset) -> list[Path]:
         lines += ["", "## Not measured", "", *(f"- {failure.splitlines()[0]}" for failure in run.failed)]
     lines += ["", "## Workers during the burst", "",
               "uWSGI's as uwsgitop shows them (its stats socket: requests served, the burst's and the /ping "
-              "probes', and the share of the burst each worker spent in requests: uwsgitop's REQ and RunT); the lab's "
-              "from the envelopes.", ""]  # fmt: skip
+              "probes', and the share of the burst each worker's cores spent in requests: uwsgitop's REQ and "
+              "RunT); the lab's from the envelopes.", ""]  # fmt: skip
     for view in run.workers:
         per = ", ".join(f"worker {w['worker']} (pid {w['pid']}): {w['requests']} requests, busy "
                         f"{round(100 * (w['busy'] or 0))}%" for w in view["workers"])  # fmt: skip

@@ -277,8 +277,9 @@ class WorkerView:
     def rows(self) -> list[dict[str, Any]]:
         """Per worker: id, pid, requests during the burst, and its busy share.
 
-        Busy: the time its requests ran (all its threads together) over the
-        burst's length times its threads, so 1.0 is every thread busy throughout.
+        Busy: the time its requests ran (all its cores together: threads, or
+        gevent's async slots) over the burst's length times its cores, so 1.0
+        is every core in a request throughout.
         """
 
         def delta(wid: int, key: str) -> int:

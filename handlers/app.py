@@ -21,11 +21,12 @@ QUIET_PATHS = frozenset({"/ping"})
 def make_app(config: Config, services: Services) -> Application:
     def log_request(handler: RequestHandler) -> None:
         # Tornado calls this once for every request it finishes, errors and
-        # abandoned requests included: the one place a request is accounted.
+        # abandoned requests included, after the response was handed to the
+        # socket (/stats counted it just before: LabHandler.finish).
         status = handler.get_status()
         seconds = handler.request.request_time()
         if isinstance(handler, LabHandler):
-            handler.finished(status, seconds)
+            handler.finished()
         if config.access_log and handler.request.path not in QUIET_PATHS:
             level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
             request = handler.request

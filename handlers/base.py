@@ -59,7 +59,7 @@ class LabHandler(JsonHandler):
     def initialize(self, services: Services) -> None:
         self.services = services
         self._job: asyncio.Future[Any] | None = None
-        self._counted = False  # by request_started(), until finished()
+        self._counted = False  # by request_started(), until finish() counts its end
 
     def prepare(self) -> None:
         self.received = time.time()
@@ -85,14 +85,14 @@ class LabHandler(JsonHandler):
         self._account(self.get_status(), self.request.request_time())
         return super().finish(chunk)
 
-    def finished(self, status: int, seconds: float) -> None:
-        """The request is over (called by the app's log function)."""
+    def finished(self) -> None:
+        """The response has left (called by the app's log function): release this request's hold on its process."""
         occupancy = self.services.occupancy
         occupancy.release(self)
         occupancy.release(self.request.connection.stream)  # type: ignore[union-attr]
-        self._account(status, seconds)  # if finish() never ran
 
     def _account(self, status: int, seconds: float) -> None:
+        # Every ending passes through finish(): errors (send_error), a client that left (Finish), success.
         if self._counted:
             self._counted = False
             self.services.request_finished(self.stats_mode, status, seconds)

@@ -254,6 +254,7 @@ class WorkerView:
         self.after: dict[int, dict[str, Any]] = {}
         self._started = 0.0
         self._seconds = 0.0
+        self._stopped = False
 
     def _read(self) -> dict[int, dict[str, Any]]:
         doc = uwsgi_stats(self.path) or {}
@@ -264,8 +265,9 @@ class WorkerView:
         self._started = time.monotonic()
 
     def stop(self) -> None:
-        if self.after:
+        if self._stopped:
             return  # stopped already: the burst's numbers stay as they were
+        self._stopped = True
         self._seconds = time.monotonic() - self._started
         deadline = time.monotonic() + self.SETTLE_S
         workers = self._read()

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from lab import ROOT
-from tests.procs import Watch
+from tests.procs import STALL_S, Watch
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -82,7 +82,7 @@ class Tracked:
             self._watcher.join()
         return out, err
 
-    def survivors(self, wait: float = 30.0) -> list[int]:
+    def survivors(self, wait: float = STALL_S) -> list[int]:
         """Noted processes still running, and members of the noted sessions (waits for slow exits)."""
         return self.watch.survivors(self.sessions, wait)
 

@@ -21,7 +21,7 @@ import psutil
 
 from bench.servers import SERVING, all_serving
 from lab import ROOT, loopback
-from tests.procs import Watch, wait_for
+from tests.procs import STALL_S, Watch, wait_for
 
 
 class Reply:
@@ -200,7 +200,7 @@ class LabServer:
                 return None
         return self.process.returncode
 
-    def survivors(self, wait: float = 30.0) -> list[int]:
+    def survivors(self, wait: float = STALL_S) -> list[int]:
         """Processes this server started that are still alive (zombies count as gone).
 
         Looks at every process it was seen to start and at every member of its

@@ -14,6 +14,10 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
+# How long a poll or an exit may take before it counts as failed: a stalled
+# shared 2-core host has been seen to need more than 10 s.
+STALL_S = 30.0
+
 
 def alive(process: psutil.Process) -> bool:
     """Still this very process, and not a zombie."""
@@ -28,7 +32,7 @@ def running(pid: int) -> bool:
     return False
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> bool:
+def wait_for(predicate: Callable[[], object], timeout: float = STALL_S) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -62,7 +66,7 @@ class Watch:
     def alive(self) -> list[psutil.Process]:
         return [p for p in self.noted.values() if alive(p)]
 
-    def survivors(self, sessions: set[int], wait: float = 30.0) -> list[int]:
+    def survivors(self, sessions: set[int], wait: float = STALL_S) -> list[int]:
         """Pids of noted processes or session members still alive after up to `wait` seconds."""
         found: set[int] = set()
 

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab.main import STOP_SIGNALS, defer_stop_signals, early_signals
+from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.lab_server import LabServer, get, pool_stats
@@ -152,3 +154,32 @@ def test_a_stop_signal_before_the_loop_handles_signals_is_noted_not_fatal() -> N
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         early_signals.clear()
+
+
+# server.py, except that the stop arrives the moment stop signals are deferred:
+# before binding, the upstream and any fork. A single server can only learn of it
+# from serve()'s replay; a forked one's parent stops its children as they start
+# (fork_children), and each child, stopped the same way, replays its own.
+STOP_AT_ONCE = """
+import os, signal, sys
+from lab.native import cap_native_threads
+cap_native_threads()
+import lab.main
+from handlers.app import make_app
+defer = lab.main.defer_stop_signals
+def defer_then_stop():
+    defer()
+    os.kill(os.getpid(), signal.SIGTERM)
+lab.main.defer_stop_signals = defer_then_stop
+lab.main.main(make_app, sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("args", [(), ("--processes", "2")], ids=["single", "forked"])
+def test_a_stop_noted_before_the_loop_is_replayed_by_serve(args: tuple[str, ...]) -> None:
+    argv = [sys.executable, "-c", STOP_AT_ONCE, "--port", "0", "--process-pool", "1", *args]
+    with Tracked(argv) as run:
+        _, stderr = run.communicate(timeout=60)  # without the replay it would serve on: a timeout
+        assert run.process.returncode == 0, stderr
+        assert "stopped during start-up" in stderr
+        assert run.survivors() == []  # the embedded upstream, any child and pool worker too

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from lab.main import STOP_SIGNALS, defer_stop_signals, early_signals
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
@@ -139,21 +138,6 @@ def test_a_sigkilled_server_leaves_no_orphans(start_server: StartServer, args) -
     assert len(started) >= 3
     os.kill(lab.pid, signal.SIGKILL)  # no handler runs: the children must notice by themselves
     assert lab.survivors() == []
-
-
-def test_a_stop_signal_before_the_loop_handles_signals_is_noted_not_fatal() -> None:
-    # Between binding and serve() installing its handlers, SIGTERM's default action would end
-    # the server on the spot (and leave its embedded upstream running): it is noted instead,
-    # and serve() replays it.
-    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    try:
-        defer_stop_signals()
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert wait_for(lambda: early_signals == [signal.SIGTERM], timeout=5)
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        early_signals.clear()
 
 
 # server.py, except that the stop arrives the moment stop signals are deferred:

@@ -35,7 +35,7 @@ from bench import capacity as machine
 from bench.ideal import ideal_makespan, ideal_words, lanes, reachable_makespan
 from bench.summary import median
 from lab import loopback
-from lab.modes import MODES
+from lab.modes import MODES, make_facts
 
 EVENTS = """
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
@@ -175,13 +175,9 @@ def server_facts(base: str, timeout: float) -> dict[str, Any]:
     status, body, _, _ = get(f"{base}/stats", timeout)
     if status != 200 or not isinstance(body, dict):
         raise RuntimeError(f"{base}/stats answered {status}: is this a lab server?")
-    server: dict[str, Any] = body["server"]
     status, workloads, _, _ = get(f"{base}/workloads", timeout)
     listed = workloads if status == 200 and isinstance(workloads, list) else []
-    # The workload traits the ideal depends on (lab/modes.py's Facts).
-    server["releases_gil"] = {w["name"]: w["releases_gil"] for w in listed}
-    server["waits"] = {w["name"]: w.get("waits", False) for w in listed}
-    return server
+    return make_facts(body["server"], listed)
 
 
 def solo_samples(url: str, runs: int, timeout: float) -> tuple[list[float], Any]:

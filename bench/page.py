@@ -148,7 +148,7 @@ def is_load_generator(process: psutil.Process) -> bool:
 
 def is_upstream(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return "handlers.upstream" in process.cmdline()
+        return "lab.upstream_server" in process.cmdline()
     return False
 
 

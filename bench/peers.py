@@ -33,6 +33,7 @@ import psutil
 from bench.servers import SERVING, all_serving, stop_server, wait_ready
 from lab import ROOT, loopback
 from lab.config import cpu_count
+from lab.modes import UPSTREAM_TRAITS, make_facts
 
 BIN = Path(sys.executable).parent
 # How each server says where it listens, in its log.
@@ -66,16 +67,14 @@ class Setup:
 
     def facts(self, listed: list[dict[str, Any]]) -> dict[str, Any]:
         """A peer's facts as the ideal reads them (a lab server reports its own at /stats)."""
-        return {
+        server = {
             "cpu_count": cpu_count(),
             "processes": self.processes,
             "thread_pool": self.threads,
             "process_pool": 1,
             "gil_enabled": all(w.get("gil_enabled", True) for w in listed),
-            # The upstream call only waits, and waits without the GIL.
-            "releases_gil": {**{w["name"]: w["releases_gil"] for w in listed}, "upstream": True},
-            "waits": {**{w["name"]: w["waits"] for w in listed}, "upstream": True},
         }
+        return make_facts(server, [*listed, UPSTREAM_TRAITS])
 
 
 def lab(config: str, path: str, mode: str, *flags: str, serves: frozenset[str] = frozenset({"cpu"})) -> Setup:

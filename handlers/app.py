@@ -6,7 +6,7 @@ import logging
 
 from tornado.web import Application, RequestHandler
 
-from handlers.base import LabHandler, NotFoundHandler
+from handlers.base import NotFoundHandler
 from handlers.routes import all_routes
 from lab.config import Config
 from lab.services import Services
@@ -21,16 +21,12 @@ QUIET_PATHS = frozenset({"/ping"})
 def make_app(config: Config, services: Services) -> Application:
     def log_request(handler: RequestHandler) -> None:
         # Tornado calls this once for every request it finishes, errors and
-        # abandoned requests included, after the response was handed to the
-        # socket (/stats counted it just before: LabHandler.finish).
-        status = handler.get_status()
-        seconds = handler.request.request_time()
-        if isinstance(handler, LabHandler):
-            handler.finished()
+        # abandoned requests included (the access log only: lab/lifecycle.py counts them).
         if config.access_log and handler.request.path not in QUIET_PATHS:
+            status = handler.get_status()
             level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
             request = handler.request
-            access_log.log(level, "%d %s %s %.1fms", status, request.method, request.uri, seconds * 1000)
+            access_log.log(level, "%d %s %s %.1fms", status, request.method, request.uri, request.request_time() * 1000)
 
     return Application(
         all_routes(services),

@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from handlers.base import JsonHandler, LabHandler
+from handlers.base import LabHandler
 from lab import ROOT
 from lab.errors import LabError
+from lab.json_handler import JsonHandler
 from lab.modes import ASYNC_PARAMS, MODES
-from workloads.params import IntParam, ParamError, parse_params
+from workloads.params import IntParam, ParamError
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class RaceRequest:
         try:
             concurrency = CONCURRENCY.parse(_text("concurrency", concurrency_raw))
             if mode.workload is not None:
-                return cls(mode.name, mode.workload, parse_params(mode.name, mode.params, query), concurrency)
+                return cls(mode.name, mode.workload, mode.parse(query), concurrency)
             name = doc.get("workload", DEFAULT_WORKLOAD)
             workload = WORKLOADS.get(name) if isinstance(name, str) else None
             if workload is None:

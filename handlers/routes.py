@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from handlers import async_io, catalog, compare, metrics, page, ping, race, run, stats
+from handlers import catalog, compare, metrics, page, ping, race, run, stats
 
 if TYPE_CHECKING:
     from lab.services import Services
 
 # run's route takes any /{mode}[/{workload}], so it comes after every fixed route.
-MODULES = (page, ping, catalog, async_io, stats, metrics, compare, race, run)
+MODULES = (page, ping, catalog, stats, metrics, compare, race, run)
 
 
 def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:

@@ -1,26 +1,27 @@
-"""GET /{mode}[/{workload}]: one workload, in one mode (every mode in lab/modes.py with a runner)."""
+"""GET /{mode}[/{workload}]: one run in one mode (every mode in lab/modes.py); a mode that runs no workload
+(async) takes its own params at /{mode}."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from handlers.base import LabHandler, not_found
 from handlers.envelope import envelope
 from lab.errors import LabError
+from lab.modes import MODES, Mode
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 
 class RunHandler(LabHandler):
-    async def get(self, mode: str, name: str | None) -> None:
-        runner = self.services.runners.get(mode)
-        if runner is None:
-            raise not_found(self.request.path)
-        self.stats_mode = mode
-        workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
-        if workload is None:
-            shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
-            raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
-        params = self.params(workload.parse)
-        self.claim(mode, workload.name)
-        work = runner.run(workload.name, params)
+    async def get(self, name: str, workload_name: str | None) -> None:
+        runner = self.services.runners.get(name)
+        if runner is None or (workload_name is not None and not MODES[name].runs_workloads):
+            raise not_found(self.request.path)  # (/async/anything: nothing is served there)
+        mode = MODES[name]
+        self.life.classify(mode.name)
+        workload, params = self._what(mode, workload_name)
+        self.life.claim(workload)
+        work = runner.run(workload, params)
         # A blocking run happens inline, in this very call, so its response is
         # written before the loop takes the next request; inside a task, runs
         # queued meanwhile would cut in and the staircase would arrive as one
@@ -28,21 +29,31 @@ class RunHandler(LabHandler):
         record = await (work if runner.inline else self.until_disconnect(work))
         self.write(
             envelope(
-                mode=mode,
-                workload=workload.name,
+                mode=mode.name,
+                workload=workload,
                 params=params,
                 result=record["result"],
                 server_pid=self.services.pid,
                 task_id=self.services.task_id,
                 worker_pid=record["pid"],
                 worker_thread=record["thread"],
-                received=self.received,
+                received=self.life.received,
                 started=record["started"],
                 finished=record["finished"],
                 cpu=record["cpu"],
                 worker_address=record.get("address"),
             )
         )
+
+    def _what(self, mode: Mode, name: str | None) -> tuple[str, dict[str, Any]]:
+        """The workload this request runs and its params: one of the lab's, or what the mode runs itself."""
+        if mode.workload is not None:
+            return mode.workload, self.params(mode.parse)
+        workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
+        if workload is None:
+            shown = name if len(name or "") <= 60 else f"{name[:60]}…"  # type: ignore[index]
+            raise LabError(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
+        return workload.name, self.params(workload.parse)
 
 
 # Any first path segment: the modes are the server's runners, so the registry

@@ -67,8 +67,6 @@ class StatsHandler(LabHandler):
                     "max_pending": config.max_pending,
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,
-                    "upstream": services.upstream.url,
-                    "upstream_client": services.upstream.kind,
                     "native_threads": native_threads(),
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},

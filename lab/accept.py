@@ -24,7 +24,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Hashable
 
-POLICIES = ("fair", "all", "reuseport")
+# Each policy and what it does, in --accept's help (lab/config.py).
+POLICIES = {
+    "fair": "one at a time, only while a child has room (even spread)",
+    "all": "Tornado's own, a child that wakes takes every waiting connection",
+    "reuseport": "a socket per child, the kernel hashes connections to them",
+}
 
 # A connection that has sent no request after this long stops holding its
 # child (browsers open connections they may never use).

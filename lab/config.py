@@ -1,17 +1,30 @@
-"""Server configuration: a frozen dataclass filled from the command line."""
+"""Server configuration: a frozen dataclass whose fields declare their flags, and the parser built from them.
+
+The server-wide settings are Config's fields, each declared with its flag
+(lab/settings.py). Each mode's own settings (--thread-pool, --dask-workers...)
+are declared by its runner class and kept in `mode_settings`, read with
+`config[SETTING]`; the registry (lab/modes.py) says which runners there are.
+`build_parser` lists them all in --help in Config's field order, the modes'
+own where `mode_settings` sits.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from lab import ROOT
 from lab.accept import POLICIES
+from lab.modes import MODES, mode_settings
+from lab.settings import Setting, Values, count, seconds
 from lab.upstream_client import CLIENTS
+
+T = TypeVar("T")
 
 
 def cpu_count() -> int:
@@ -21,11 +34,6 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-def default_thread_pool() -> int:
-    # The size Python's own default executor picks (concurrent.futures docs).
-    return min(32, cpu_count() + 4)
-
-
 DEFAULT_MAX_PENDING = 100
 DEFAULT_JOB_TIMEOUT = 60.0
 DEFAULT_UPSTREAM_TIMEOUT = 15.0
@@ -33,26 +41,171 @@ DEFAULT_GRACE = 10.0
 # Where the bench writes its runs; GET /compare shows the newest comparison found there.
 DEFAULT_RESULTS = ROOT / "bench" / "results"
 
+EPILOG = """examples:
+  python server.py                       # http://127.0.0.1:8000, embedded upstream
+  python server.py --processes 0         # one forked server per core
+  python server.py --port 0              # any free port (printed at start-up)
+  curl 'http://127.0.0.1:8000/processing/fib?n=30'"""
 
-@dataclass(frozen=True)
+_SETTING = "setting"  # where a field keeps its declaration, in its metadata
+
+
+def declare(setting: Setting[T]) -> T:
+    """A Config field declared by `setting`: its default, and the setting itself in the field's metadata."""
+    if setting.default_factory is not None:
+        return field(default_factory=setting.default_factory, metadata={_SETTING: setting})
+    return cast(T, field(default=setting.default, metadata={_SETTING: setting}))
+
+
+def _url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s)://host[:port] URL")
+    return text.rstrip("/")
+
+
+def _debug_alone(values: Values) -> str | None:
+    if values["debug"] and values["processes"] != 1:
+        return "--debug needs --processes 1: autoreload cannot restart forked children"
+    return None
+
+
+def _pooled_is_plain_http(values: Values) -> str | None:
+    upstream = values["upstream"]
+    if values["upstream_client"] == "pooled" and upstream and upstream.startswith("https:"):
+        return "the pooled upstream client speaks plain HTTP: add --upstream-client simple for an https upstream"
+    return None
+
+
+def _choices_help(what: str, choices: Mapping[str, str], tail: str) -> str:
+    """`what: a = ...; b = ... (tail)`: a choice flag's help, one clause per choice."""
+    return f"{what}: " + "; ".join(f"{name} = {meaning}" for name, meaning in choices.items()) + f" ({tail})"
+
+
+@dataclass(frozen=True, init=False)
 class Config:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    processes: int = 1
-    thread_pool: int = field(default_factory=default_thread_pool)
-    process_pool: int = field(default_factory=cpu_count)
-    upstream: str | None = None
-    access_log: bool = True
-    debug: bool = False
-    max_pending: int = DEFAULT_MAX_PENDING
-    job_timeout: float = DEFAULT_JOB_TIMEOUT
-    upstream_timeout: float = DEFAULT_UPSTREAM_TIMEOUT
-    grace: float = DEFAULT_GRACE
-    accept: str = "fair"
-    upstream_client: str = "pooled"
-    dask_scheduler: str | None = None
-    dask_workers: int | None = None  # None: one per core, shared out among forked children
-    results: Path = DEFAULT_RESULTS
+    """Everything a server process is told; Config(port=0, thread_pool=2) in a test, parse_args from argv."""
+
+    host: str = declare(Setting("--host", str, "127.0.0.1", help="bind address (default: %(default)s, loopback only)"))
+    port: int = declare(Setting("--port", count(0), 8000, help="port; 0 picks a free one (default: %(default)s)"))
+    processes: int = declare(
+        Setting(
+            "--processes",
+            count(0),
+            1,
+            metavar="N",
+            help=f"forked server processes; 0 = one per CPU core, here {cpu_count()} (default: %(default)s)",
+        )
+    )
+    # Every setting a mode's runner declares, by name (config[THREAD_POOL] reads one).
+    mode_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The base URL /async calls; None until lab/main.py starts the embedded upstream and fills it in.
+    upstream: str | None = declare(
+        Setting[str | None](
+            "--upstream",
+            _url,
+            metavar="URL",
+            help="base URL /async calls (GET URL/delay?seconds=X); default: start the embedded upstream",
+        )
+    )
+    accept: str = declare(
+        Setting(
+            "--accept",
+            str,
+            "fair",
+            choices=tuple(POLICIES),
+            help=_choices_help(
+                "how forked children share connections", POLICIES, "default: %(default)s; no effect unforked"
+            ),
+        )
+    )
+    results: Path = declare(
+        Setting(
+            "--results",
+            Path,
+            DEFAULT_RESULTS,
+            metavar="DIR",
+            help="where the page's peers view (GET /compare) looks for the newest bench/compare.py run "
+            "(default: bench/results)",
+        )
+    )
+    access_log: bool = declare(
+        Setting("--no-access-log", default=True, dest="access_log", help="do not log every request")
+    )
+    debug: bool = declare(
+        Setting(
+            "--debug",
+            default=False,
+            help="tracebacks in error bodies and autoreload (needs --processes 1)",
+            check=_debug_alone,
+        )
+    )
+    max_pending: int = declare(
+        Setting(
+            "--max-pending",
+            count(0),
+            DEFAULT_MAX_PENDING,
+            metavar="N",
+            help="jobs that may wait for a busy pool before new ones get 503 (default: %(default)s)",
+        )
+    )
+    job_timeout: float = declare(
+        Setting(
+            "--job-timeout",
+            seconds,
+            DEFAULT_JOB_TIMEOUT,
+            metavar="S",
+            help="pool jobs running longer (from when a worker starts them) get 504; a stuck worker "
+            "process is replaced (default: %(default)s)",
+        )
+    )
+    upstream_client: str = declare(
+        Setting(
+            "--upstream-client",
+            str,
+            "pooled",
+            choices=tuple(CLIENTS),
+            help=_choices_help("/async's HTTP client", CLIENTS, "default: %(default)s"),
+            check=_pooled_is_plain_http,
+        )
+    )
+    upstream_timeout: float = declare(
+        Setting(
+            "--upstream-timeout",
+            seconds,
+            DEFAULT_UPSTREAM_TIMEOUT,
+            metavar="S",
+            help="/async: a refused upstream is 502, one silent S seconds past the delay asked for is 504 "
+            "(default: %(default)s)",
+        )
+    )
+    grace: float = declare(
+        Setting(
+            "--grace",
+            seconds,
+            DEFAULT_GRACE,
+            metavar="S",
+            help="on SIGTERM/Ctrl-C, how long in-flight requests may take to finish (default: %(default)s)",
+        )
+    )
+
+    def __init__(self, **values: Any) -> None:
+        """Any field, or any setting a mode's runner declares, by name; the rest take their defaults."""
+        declared = {setting.name: setting for setting in mode_settings()}
+        owned = dict(values.pop("mode_settings", {}))  # as dataclasses.replace hands them back
+        owned |= {name: values.pop(name) for name in list(values) if name in declared}
+        unknown = sorted(set(owned) - set(declared))
+        for item in fields(self):
+            if item.name != "mode_settings":
+                object.__setattr__(self, item.name, values.pop(item.name) if item.name in values else _default(item))
+        if values or unknown:
+            raise TypeError(f"Config has no setting {', '.join([*sorted(values), *unknown])}")
+        chosen = {name: owned[name] if name in owned else setting.default_value() for name, setting in declared.items()}
+        object.__setattr__(self, "mode_settings", chosen)
+
+    def __getitem__(self, setting: Setting[T]) -> T:
+        """The value of a setting a mode's runner declares (config[THREAD_POOL])."""
+        return cast(T, self.mode_settings[setting.name])
 
     @property
     def forked(self) -> bool:
@@ -64,191 +217,42 @@ class Config:
         return self.processes or cpu_count()
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
+def _default(item: Field[Any]) -> Any:
+    return item.default_factory() if item.default_factory is not MISSING else item.default
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+def settings() -> list[Setting[Any]]:
+    """Every setting, in --help's order: Config's fields, with each mode's own where `mode_settings` sits."""
+    found: list[Setting[Any]] = []
+    for item in fields(Config):
+        found += mode_settings() if item.name == "mode_settings" else [item.metadata[_SETTING]]
+    return found
 
 
-def _url(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s)://host[:port] URL")
-    return text.rstrip("/")
-
-
-def _scheduler(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Dask scheduler address like tcp://127.0.0.1:8786")
-    return text.rstrip("/")
+def description() -> str:
+    """--help's first paragraph: every mode in the registry, in a few words each."""
+    modes = ", ".join(f"{mode.summary} (/{mode.name})" for mode in MODES.values())
+    return f"Tornado Concurrency Lab: serve the same workloads {modes} and from forked processes (--processes)."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    cores = cpu_count()
+    """server.py's whole command line, from the declarations (docs/api.md's flags table is made from it too)."""
     parser = argparse.ArgumentParser(
         prog="server.py",
-        description=(
-            "Tornado Concurrency Lab: serve the same workloads on the event loop "
-            "(/blocking), a thread pool (/threading), a process pool (/processing), "
-            "as async I/O (/async) and from forked processes (--processes)."
-        ),
-        epilog=(
-            "examples:\n"
-            "  python server.py                       # http://127.0.0.1:8000, embedded upstream\n"
-            "  python server.py --processes 0         # one forked server per core\n"
-            "  python server.py --port 0              # any free port (printed at start-up)\n"
-            "  curl 'http://127.0.0.1:8000/processing/fib?n=30'"
-        ),
+        description=description(),
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s, loopback only)")
-    parser.add_argument("--port", type=_count(0), default=8000, help="port; 0 picks a free one (default: %(default)s)")
-    parser.add_argument(
-        "--processes",
-        type=_count(0),
-        default=1,
-        metavar="N",
-        help=f"forked server processes; 0 = one per CPU core, here {cores} (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--thread-pool",
-        type=_count(1),
-        default=default_thread_pool(),
-        metavar="N",
-        help="threads behind /threading, per server process (default: min(32, cores+4) = %(default)s)",
-    )
-    parser.add_argument(
-        "--process-pool",
-        type=_count(1),
-        default=cores,
-        metavar="N",
-        help="worker processes behind /processing, per server process (default: cores = %(default)s)",
-    )
-    parser.add_argument(
-        "--upstream",
-        type=_url,
-        metavar="URL",
-        help="base URL /async calls (GET URL/delay?seconds=X); default: start the embedded upstream",
-    )
-    parser.add_argument(
-        "--accept",
-        choices=POLICIES,
-        default="fair",
-        help="how forked children share connections: fair = one at a time, only while a child has room "
-        "(even spread); all = Tornado's own, a child that wakes takes every waiting connection; reuseport = "
-        "a socket per child, the kernel hashes connections to them (default: %(default)s; no effect unforked)",
-    )
-    parser.add_argument(
-        "--dask-scheduler",
-        type=_scheduler,
-        metavar="tcp://HOST:PORT",
-        help="/distributed runs on this running Dask cluster (see README, 'Past one machine'); default: an "
-        "embedded LocalCluster, started on the first /distributed request",
-    )
-    parser.add_argument(
-        "--dask-workers",
-        type=_count(1),
-        metavar="N",
-        help=f"worker processes (one thread each) of the embedded cluster, per server process (default: one per "
-        f"core, here {cores}, shared out among forked children)",
-    )
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=DEFAULT_RESULTS,
-        metavar="DIR",
-        help="where the page's peers view (GET /compare) looks for the newest bench/compare.py run "
-        "(default: bench/results)",
-    )
-    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        help="tracebacks in error bodies and autoreload (needs --processes 1)",
-    )
-    parser.add_argument(
-        "--max-pending",
-        type=_count(0),
-        default=DEFAULT_MAX_PENDING,
-        metavar="N",
-        help="jobs that may wait for a busy pool before new ones get 503 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--job-timeout",
-        type=_seconds,
-        default=DEFAULT_JOB_TIMEOUT,
-        metavar="S",
-        help="pool jobs running longer (from when a worker starts them) get 504; a stuck worker "
-        "process is replaced (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--upstream-client",
-        choices=CLIENTS,
-        default="pooled",
-        help="/async's HTTP client: pooled = keep-alive connections reused across calls; simple = Tornado's "
-        "SimpleAsyncHTTPClient, a new connection per call, to compare with (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--upstream-timeout",
-        type=_seconds,
-        default=DEFAULT_UPSTREAM_TIMEOUT,
-        metavar="S",
-        help="/async: a refused upstream is 502, one silent S seconds past the delay asked for is 504 "
-        "(default: %(default)s)",
-    )
-    parser.add_argument(
-        "--grace",
-        type=_seconds,
-        default=DEFAULT_GRACE,
-        metavar="S",
-        help="on SIGTERM/Ctrl-C, how long in-flight requests may take to finish (default: %(default)s)",
-    )
+    for setting in settings():
+        setting.add_to(parser)
     return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.debug and args.processes != 1:
-        parser.error("--debug needs --processes 1: autoreload cannot restart forked children")
-    if args.dask_workers and args.dask_scheduler:
-        parser.error("--dask-workers sizes the embedded cluster; a --dask-scheduler cluster has its own workers")
-    if args.upstream_client == "pooled" and args.upstream and args.upstream.startswith("https:"):
-        parser.error("the pooled upstream client speaks plain HTTP: add --upstream-client simple for an https upstream")
-    return Config(
-        host=args.host,
-        port=args.port,
-        processes=args.processes,
-        thread_pool=args.thread_pool,
-        process_pool=args.process_pool,
-        upstream=args.upstream,
-        access_log=not args.no_access_log,
-        debug=args.debug,
-        max_pending=args.max_pending,
-        job_timeout=args.job_timeout,
-        upstream_timeout=args.upstream_timeout,
-        grace=args.grace,
-        accept=args.accept,
-        upstream_client=args.upstream_client,
-        dask_scheduler=args.dask_scheduler,
-        dask_workers=args.dask_workers,
-        results=args.results,
-    )
+    values = vars(parser.parse_args(argv))
+    for setting in settings():
+        problem = setting.problem(values)
+        if problem:
+            parser.error(problem)
+    return Config(**values)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado.concurrent import Future
 from tornado.httpserver import HTTPServer
@@ -13,7 +13,8 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
-from lab.accept import ACCEPT_GRACE_S, Occupancy
+if TYPE_CHECKING:
+    from lab.lifecycle import Lifecycle
 
 # GET requests carry no body; a client sending one gets a 400 instead of
 # making the server buffer up to Tornado's default of 100 MB.
@@ -32,8 +33,8 @@ _JSON_400 = (
 )
 
 
-def make_http_server(app: Application, fair: Occupancy | None = None) -> LabHTTPServer:
-    """The server for `app`; with `fair`, it accepts as lab/accept.py's fair policy says."""
+def make_http_server(app: Application, fair: Lifecycle | None = None) -> LabHTTPServer:
+    """The server for `app`; with `fair`, it accepts as lab/accept.py's fair policy says, from what `fair` holds."""
     server = LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
     server.fair = fair
     return server
@@ -43,10 +44,11 @@ class LabHTTPServer(HTTPServer):
     """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line.
 
     With `fair` set it also accepts one connection per wake-up, and listens
-    only while this process has room (lab/accept.py).
+    only while this process has room (lab/accept.py): each connection it
+    accepts and closes is told to `fair`, the requests' lifecycle.
     """
 
-    fair: Occupancy | None = None
+    fair: Lifecycle | None = None
     _listening = False
 
     def add_sockets(self, sockets: Iterable[socket.socket]) -> None:
@@ -57,11 +59,11 @@ class LabHTTPServer(HTTPServer):
             self._sockets[sock.fileno()] = sock
             # What stop() calls for each socket before closing it.
             self._handlers[sock.fileno()] = self._listen_as_room_allows
-        self.fair.on_change = self._listen_as_room_allows
+        self.fair.occupancy.on_change = self._listen_as_room_allows
         self._listen_as_room_allows()
 
     def _listen_as_room_allows(self) -> None:
-        wanted = not self._stopped and self.fair is not None and not self.fair.full
+        wanted = not self._stopped and self.fair is not None and not self.fair.occupancy.full
         if wanted == self._listening:
             return
         loop = IOLoop.current()
@@ -81,15 +83,12 @@ class LabHTTPServer(HTTPServer):
 
     def on_close(self, server_conn: object) -> None:
         if self.fair is not None:
-            self.fair.release(server_conn.stream)  # type: ignore[attr-defined]
+            self.fair.disconnected(server_conn.stream)  # type: ignore[attr-defined]
         super().on_close(server_conn)
 
     def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
         if self.fair is not None:
-            # Until its request says what it needs, a new connection might be a
-            # blocking run: it fills this process, for ACCEPT_GRACE_S at most.
-            self.fair.hold(stream, 1.0)
-            IOLoop.current().call_later(ACCEPT_GRACE_S, self.fair.release, stream)
+            self.fair.connected(stream)
         # Tornado writes the bare 400 from deep inside HTTP1Connection, which
         # offers no hook; swapping those exact bytes on this one stream is the
         # smallest change that keeps every error in the lab's JSON shape.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -31,7 +32,7 @@ from tornado.web import Application
 from lab import logs
 from lab.accept import reserve_port
 from lab.config import Config, parse_args
-from lab.httpserver import make_http_server
+from lab.httpserver import LabHTTPServer, make_http_server
 from lab.modes import preflight
 from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, kill_children, watch_parent
 from lab.services import Services
@@ -115,33 +116,12 @@ async def serve(
     *,
     board: Board,
     base_url: str,
-    upstream_url: str,
     task_id: int | None,
 ) -> bool:
-    """One server process: pools, app, HTTP server. True if every request finished."""
-    stop = asyncio.Event()
-    hurry = asyncio.Event()
-    interrupts = 0
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        # Ctrl-C reaches every process in the terminal's group and a forked
-        # parent forwards a SIGTERM too, so one keypress can arrive twice:
-        # only a second SIGINT means "stop waiting for in-flight work".
-        nonlocal interrupts
-        interrupts += signum == signal.SIGINT
-        if interrupts > 1:
-            hurry.set()
-        stop.set()
-
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, on_signal, sig)
-    for signum in early_signals:  # a stop that came during start-up
-        on_signal(signum)
-    early_signals.clear()
-
+    """One server process: runners, app, HTTP server. True if every request finished."""
+    stop, hurry = _stop_events()
     # Warming the process pool takes seconds; a stop signal must not wait for it.
-    starting = asyncio.ensure_future(Services.start(config, base_url, upstream_url, task_id, board))
+    starting = asyncio.ensure_future(Services.start(config, base_url, task_id, board))
     await asyncio.wait([starting, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
         starting.cancel()  # Services.start closes what it had started
@@ -156,22 +136,52 @@ async def serve(
     gc.freeze()
     if config.debug:
         autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
-    fair = services.occupancy if config.forked and config.accept == "fair" else None
+    fair = services.lifecycle if config.forked and config.accept == "fair" else None
     server = make_http_server(make_app(config, services), fair=fair)
     server.add_sockets(sockets)
-
     await stop.wait()
-    log.info("stopping: %d requests in flight, up to %g s to finish", services.active_requests, config.grace)
-    server.stop()  # no new connections; in-flight requests go on
-    drained = asyncio.ensure_future(services.drain(config.grace))
+    return await _stop(server, services, hurry)
+
+
+def _stop_events() -> tuple[asyncio.Event, asyncio.Event]:
+    """`stop` is set by SIGTERM/SIGINT (also one noted during start-up); `hurry` by a second Ctrl-C."""
+    stop = asyncio.Event()
+    hurry = asyncio.Event()
+    interrupts = 0
+
+    def on_signal(signum: int) -> None:
+        # Ctrl-C reaches every process in the terminal's group and a forked
+        # parent forwards a SIGTERM too, so one keypress can arrive twice:
+        # only a second SIGINT means "stop waiting for in-flight work".
+        nonlocal interrupts
+        interrupts += signum == signal.SIGINT
+        if interrupts > 1:
+            hurry.set()
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    for signum in early_signals:  # a stop that came during start-up
+        on_signal(signum)
+    early_signals.clear()
+    return stop, hurry
+
+
+async def _stop(server: LabHTTPServer, services: Services, hurry: asyncio.Event) -> bool:
+    """No new connections; in-flight requests get the grace period (or until `hurry`), then all closes."""
+    grace, lifecycle = services.config.grace, services.lifecycle
+    log.info("stopping: %d requests in flight, up to %g s to finish", lifecycle.active, grace)
+    server.stop()  # in-flight requests go on
+    drained = asyncio.ensure_future(services.drain(grace))
     await asyncio.wait([drained, asyncio.ensure_future(hurry.wait())], return_when=asyncio.FIRST_COMPLETED)
     finished = drained.done() and drained.result()
     if not finished:
         drained.cancel()
-        log.warning("grace period over: %d requests get 503, running pool jobs are stopped", services.active_requests)
-        services.abandon()
+        log.warning("grace period over: %d requests get 503, running pool jobs are stopped", lifecycle.active)
+        lifecycle.abandon()
         with contextlib.suppress(TimeoutError):  # time for those 503s to be written
-            await asyncio.wait_for(services.requests_done(), 1.0)
+            await asyncio.wait_for(lifecycle.done(), 1.0)
     await server.close_all_connections()
     await services.close(wait=finished)
     log.info("stopped")
@@ -187,7 +197,7 @@ def _base_url(host: str, port: int) -> str:
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
-    logs.configure()  # first: importing a runner (distributed) must find logging configured
+    logs.configure()
     problem = preflight(config)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)
@@ -205,8 +215,8 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
     upstream = None if config.upstream else EmbeddedUpstream.start()
-    upstream_url = upstream.url if upstream else config.upstream
-    assert upstream_url is not None  # one of the two, by construction
+    if upstream is not None:  # from here on, /async's upstream is this one, as if given with --upstream
+        config = dataclasses.replace(config, upstream=upstream.url)
     parent = os.getpid()
     base_url = _base_url(config.host, port)
     policy = f", accept policy {config.accept}" if config.forked else ""
@@ -217,9 +227,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
             task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
         if reuse_port:
             sockets = bind_sockets(port, config.host, backlog=LISTEN_BACKLOG, reuse_port=True)
-        finished = asyncio.run(
-            serve(config, sockets, make_app, board=board, base_url=base_url, upstream_url=upstream_url, task_id=task_id)
-        )
+        finished = asyncio.run(serve(config, sockets, make_app, board=board, base_url=base_url, task_id=task_id))
     finally:
         if os.getpid() == parent and upstream is not None:
             upstream.stop()

@@ -1,36 +1,49 @@
 """The mode registry: every way the lab runs a request, each in one place.
 
-A mode is a name, the runner that does its work in each server process
-(async has none: it only awaits its upstream), how many runs it can make
-progress on at once (its lanes, from which the ideal makespan follows) and
-one sentence saying why it behaves as it does. The routes, the runners each
-server builds, the race's choices, the 404 hint, `/modes` (which the page
-and bench/siege.sh read), the bench's choices and the ideal all derive from
-MODES: adding a mode is an entry here plus its runner.
+A mode is a name, the runner that does its work in each server process, how
+many runs it can make progress on at once (its lanes, from which the ideal
+makespan follows) and one sentence saying why it behaves as it does. The
+routes, the runners each server builds, their flags (each runner class
+declares its own `settings`), --help, the race's choices, the 404 hint,
+`/modes` (which the page and bench/siege.sh read), the bench's choices and
+the ideal all derive from MODES: adding a mode is an entry here plus its
+runner.
 
-Nothing here imports numpy, Tornado or a runner: the bench and the embedded
-upstream read this registry too. Runners are named by import path and built
-on demand (`build_runners`), as Tornado's `import_object` names things.
+Nothing here imports numpy, Tornado or a runner: the bench reads this
+registry too. Runners are named by import path and loaded on demand
+(`runner_class`), as Tornado's `import_object` names things.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from workloads.params import FloatParam, IntParam, Param
+from workloads.params import FloatParam, IntParam, Param, parse_params
 
 if TYPE_CHECKING:
     from lab.config import Config
     from lab.runners import Runner
+    from lab.settings import Setting
 
+# Addresses of this machine, as a cluster's workers report their host.
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 # A server's facts as /stats reports them under "server", plus what /workloads
 # says of each workload: {"releases_gil": {name: bool}, "waits": {name: bool}}.
 Facts = Mapping[str, Any]
+
+
+def make_facts(server: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The Facts shape: a server's facts and the traits of its workloads, each described as /workloads lists it."""
+    listed = list(workloads)
+    return {
+        **server,
+        "releases_gil": {w["name"]: bool(w["releases_gil"]) for w in listed},
+        "waits": {w["name"]: bool(w.get("waits", False)) for w in listed},
+    }
 
 
 @dataclass(frozen=True)
@@ -51,9 +64,11 @@ class Mode:
     # (worker processes a scheduler hands tasks to) or "upstream".
     runs_on: str
     capacity: Callable[[Facts, str], Capacity]
-    # "module.Class" whose `from_config(config)` builds this mode's runner in
-    # every server process; None for a mode served by a handler of its own.
-    runner: str | None = None
+    # "module.Class" of this mode's runner (RunnerFactory): built in every
+    # server process; its class declares the mode's own flags.
+    runner: str
+    # Where a request's work goes, in a few words, for --help: "in a thread pool".
+    summary: str
     # What the mode runs when it is not one of the lab's workloads (as its
     # envelopes name it), and that thing's own query params.
     workload: str | None = None
@@ -61,8 +76,12 @@ class Mode:
 
     @property
     def runs_workloads(self) -> bool:
-        """Served at /{mode}[/{workload}] with the workload's params."""
+        """Served at /{mode}[/{workload}] with the workload's params; otherwise at /{mode} with its own."""
         return self.workload is None
+
+    def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+        """This mode's own params from a query (a mode that runs no workload takes them)."""
+        return parse_params(self.name, self.params, query)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -72,11 +91,17 @@ class Mode:
             "runs_workloads": self.runs_workloads,
             "workload": self.workload,
             "params": [param.describe() for param in self.params],
+            "flags": [setting.flag for setting in runner_class(self).settings],
         }
 
 
 class RunnerFactory(Protocol):
-    def from_config(self, config: Config) -> Runner: ...
+    """A runner class: the flags it owns, and how it builds itself for one mode from the config."""
+
+    @property
+    def settings(self) -> tuple[Setting[Any], ...]: ...
+
+    def from_config(self, mode: str, config: Config) -> Runner: ...
 
 
 # ---------- the parallel capacity of each mode ----------
@@ -171,6 +196,8 @@ ASYNC_PARAMS: tuple[Param, ...] = (
     FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
     IntParam("fanout", 1, 1, 50, "concurrent upstream calls awaited together"),
 )
+# What async runs, described as /workloads describes a workload: a call that only waits, without the GIL.
+UPSTREAM_TRAITS = {"name": "upstream", "releases_gil": True, "waits": True}
 
 MODES: dict[str, Mode] = {
     mode.name: mode
@@ -182,6 +209,7 @@ MODES: dict[str, Mode] = {
             "event loop",
             _blocking,
             runner="lab.runners.BlockingRunner",
+            summary="on the event loop",
         ),
         Mode(
             "threading",
@@ -190,6 +218,7 @@ MODES: dict[str, Mode] = {
             "threads",
             _threading,
             runner="lab.runners.ThreadRunner",
+            summary="in a thread pool",
         ),
         Mode(
             "processing",
@@ -198,6 +227,7 @@ MODES: dict[str, Mode] = {
             "processes",
             _processing,
             runner="lab.runners.ProcessRunner",
+            summary="in a process pool",
         ),
         Mode(
             "distributed",
@@ -206,6 +236,7 @@ MODES: dict[str, Mode] = {
             "cluster",
             _cluster,
             runner="lab.dask_runner.DaskRunner",
+            summary="on a Dask cluster",
         ),
         Mode(
             "async",
@@ -213,6 +244,8 @@ MODES: dict[str, Mode] = {
             "no help for computing.",
             "upstream",
             _awaiting,
+            runner="lab.async_runner.AsyncRunner",
+            summary="as async I/O",
             workload="upstream",
             params=ASYNC_PARAMS,
         ),
@@ -220,18 +253,20 @@ MODES: dict[str, Mode] = {
 }
 
 
-def _factories() -> dict[str, RunnerFactory]:
-    factories = {}
-    for mode in MODES.values():
-        if mode.runner is not None:
-            module, _, name = mode.runner.rpartition(".")
-            factories[mode.name] = cast(RunnerFactory, getattr(importlib.import_module(module), name))
-    return factories
+def runner_class(mode: Mode) -> RunnerFactory:
+    """The class `mode.runner` names, imported on first use."""
+    module, _, name = mode.runner.rpartition(".")
+    return cast(RunnerFactory, getattr(importlib.import_module(module), name))
+
+
+def mode_settings() -> list[Setting[Any]]:
+    """Every flag the modes' runners declare, in registry order (lab/config.py puts them in --help and Config)."""
+    return [setting for mode in MODES.values() for setting in runner_class(mode).settings]
 
 
 def build_runners(config: Config) -> dict[str, Runner]:
-    """A fresh runner for every mode that has one (per server process, after any fork)."""
-    return {name: factory.from_config(config) for name, factory in _factories().items()}
+    """A fresh runner for every mode (per server process, after any fork), each told its mode's name."""
+    return {name: runner_class(mode).from_config(name, config) for name, mode in MODES.items()}
 
 
 def preflight(config: Config) -> str | None:
@@ -240,8 +275,8 @@ def preflight(config: Config) -> str | None:
     Runs in the parent before any fork, so that a forked server exits once
     instead of restarting children that fail one after another.
     """
-    for factory in _factories().values():
-        check = getattr(factory, "preflight", None)
+    for mode in MODES.values():
+        check = getattr(runner_class(mode), "preflight", None)
         problem: str | None = check(config) if check is not None else None
         if problem:
             return problem

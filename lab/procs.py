@@ -54,7 +54,7 @@ def kill_children() -> None:
 
 
 class EmbeddedUpstream:
-    """The slow upstream /async waits on, run as `python -m handlers.upstream` in its own process.
+    """The slow upstream /async waits on, run as `python -m lab.upstream_server` in its own process.
 
     Its own process, so that a server blocked by /blocking cannot slow it:
     the lab must measure the server, not the upstream. The listening socket
@@ -71,7 +71,7 @@ class EmbeddedUpstream:
         with socket.create_server((host, 0), backlog=LISTEN_BACKLOG) as sock:
             port = sock.getsockname()[1]
             process = subprocess.Popen(
-                [sys.executable, "-m", "handlers.upstream", "--fd", str(sock.fileno())],
+                [sys.executable, "-m", "lab.upstream_server", "--fd", str(sock.fileno())],
                 pass_fds=[sock.fileno()],
                 cwd=ROOT,
             )

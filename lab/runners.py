@@ -1,28 +1,23 @@
-"""How a workload runs in each mode: on the IOLoop, in the thread pool, in the process pool.
+"""How a workload runs in the local modes: on the IOLoop, in the thread pool, in the process pool.
 
-Both pools sit behind the same admission gate (`Slots`): at most `size`
-jobs are handed to an executor at once, the rest wait here, in order, where
-they can be counted (/stats), bounded (--max-pending) and cancelled when
-their client goes away. An executor's own queue is invisible and cannot
-forget work nobody wants any more.
+Both pools sit behind lab/pool.py's admission gate; each declares the flag
+that sizes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import multiprocessing
 import threading
-import time
-from collections import deque
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from lab.errors import LabError
+from lab.config import cpu_count
+from lab.pool import PoolRunner
+from lab.settings import Setting, count
 from lab.worker import init_pool_worker, run_in_worker
 from workloads.registry import RunRecord, run_timed, warm_up
 
@@ -31,13 +26,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_S = 1
-
 
 class Runner(Protocol):
     """How one mode runs a workload in a server process (built by lab.modes.build_runners)."""
 
-    mode: str
+    mode: str  # its name in the registry, given by build_runners
     inline: bool  # runs on the event loop's own thread, start to end
     idle: asyncio.Event  # set while no job runs or waits
 
@@ -45,28 +38,56 @@ class Runner(Protocol):
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord: ...
 
-    def snapshot(self) -> dict[str, Any]: ...
+    def snapshot(self) -> dict[str, Any]:
+        """Its part of /stats "pools" (uwsgitop's view); empty: nothing to show, left out."""
+        ...
 
     def facts(self) -> dict[str, Any]:
-        """What this mode adds to the server's facts (/stats "server", and the ideal's input): usually nothing."""
+        """What this mode adds to the server's facts (/stats "server", and the ideal's input)."""
+        ...
+
+    def ready_note(self) -> str | None:
+        """A few words for the start-up log line ("thread pool 6"), or None."""
         ...
 
     async def close(self, wait: bool = True) -> None: ...
 
 
+def default_thread_pool() -> int:
+    # The size Python's own default executor picks (concurrent.futures docs).
+    return min(32, cpu_count() + 4)
+
+
+THREAD_POOL = Setting(
+    "--thread-pool",
+    count(1),
+    default_factory=default_thread_pool,
+    metavar="N",
+    help="threads behind /threading, per server process (default: min(32, cores+4) = %(default)s)",
+)
+PROCESS_POOL = Setting(
+    "--process-pool",
+    count(1),
+    default_factory=cpu_count,
+    metavar="N",
+    help="worker processes behind /processing, per server process (default: cores = %(default)s)",
+)
+
+
 class BlockingRunner:
     """Runs the workload right here, on the IOLoop thread: nothing else is served meanwhile."""
 
-    mode = "blocking"
     inline = True
+    settings = ()
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
         self.idle = asyncio.Event()
         self.idle.set()  # a blocking run is over before anything can look
 
     @classmethod
-    def from_config(cls, config: Config) -> Self:
-        return cls()
+    def from_config(cls, mode: str, config: Config) -> Self:
+        return cls(mode)
 
     async def start(self) -> None:
         # This process is the worker for /blocking and /threading: pay its
@@ -83,226 +104,20 @@ class BlockingRunner:
     def facts(self) -> dict[str, Any]:
         return {}
 
+    def ready_note(self) -> str | None:
+        return None
+
     async def close(self, wait: bool = True) -> None:
         pass
-
-
-class Slots:
-    """A FIFO gate in front of an executor: `size` jobs run, the others wait in order."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.busy = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self.idle = asyncio.Event()  # no job holds or waits for a slot
-        self.idle.set()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    async def acquire(self) -> None:
-        self.idle.clear()
-        if self.busy < self.size and not self._waiters:
-            self.busy += 1
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter  # release() hands its slot straight to us
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot just as we were cancelled: pass it on
-            else:
-                self._waiters.remove(waiter)
-                self._update_idle()
-            raise
-
-    def release(self) -> None:
-        if self.busy <= self.size:  # (more may run than `size` allows just after a resize down)
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    return
-        self.busy -= 1
-        self._update_idle()
-
-    def resize(self, size: int) -> None:
-        """A new size (a cluster that gained or lost workers): waiters take any room it makes."""
-        self.size = size
-        while self.busy < self.size and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                self.busy += 1
-                waiter.set_result(None)
-
-    def _update_idle(self) -> None:
-        if not self.busy and not self._waiters:
-            self.idle.set()
-
-
-@dataclass
-class _Job:
-    """A job handed to an executor; `started` resolves when a worker really begins it."""
-
-    started: asyncio.Future[float]
-    worker: int | str | None = None
-
-
-class PoolRunner:
-    """What both pool modes share: admission, deadlines, cancellation, counters."""
-
-    mode: str
-    kind: str
-    timeout_outcome: str
-    inline = False
-
-    def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
-        self.size = size
-        self.max_pending = max_pending
-        self.job_timeout = job_timeout
-        self.slots = Slots(size)
-        self.idle = self.slots.idle
-        self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
-        self._executor: Executor | None = None
-        self._job_ids = itertools.count()
-        self._running: dict[int, _Job] = {}
-
-    @classmethod
-    def pool_size(cls, config: Config) -> int:
-        raise NotImplementedError
-
-    @classmethod
-    def from_config(cls, config: Config) -> Self:
-        return cls(cls.pool_size(config), config.max_pending, config.job_timeout)
-
-    @property
-    def executor(self) -> Executor:
-        if self._executor is None:
-            raise LabError(503, f"the {self.mode} pool is shut down", retry_after=RETRY_AFTER_S)
-        return self._executor
-
-    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
-        if self.slots.busy >= self.size and self.slots.waiting >= self.max_pending:
-            self.counts["rejected"] += 1
-            raise LabError(
-                503,
-                f"{self.mode} pool is full: {self.slots.busy} jobs running and "
-                f"{self.slots.waiting} waiting (--max-pending {self.max_pending}); retry later",
-                retry_after=RETRY_AFTER_S,
-            )
-        try:
-            await self.slots.acquire()
-        except asyncio.CancelledError:
-            self.counts["cancelled_waiting"] += 1  # its client left before it started
-            raise
-        job_id = next(self._job_ids)
-        record = self._running[job_id] = _Job(asyncio.get_running_loop().create_future())
-        try:
-            job = self._submit(job_id, workload, params)
-        except BaseException:
-            del self._running[job_id]
-            self.slots.release()
-            raise
-        self.counts["submitted"] += 1
-
-        def ended(_: object) -> None:
-            # The slot frees when the job has really ended, not when its
-            # client stopped waiting: a timed-out thread still holds a core.
-            if not job.cancelled():
-                job.exception()  # mark it retrieved; a waiting client still gets it
-            del self._running[job_id]
-            self.slots.release()
-
-        job.add_done_callback(ended)
-        try:
-            # The deadline counts from the moment a worker starts the job: a
-            # worker still starting up (a replaced pool) is not the job's fault.
-            either: list[asyncio.Future[Any]] = [job, record.started]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
-        except TimeoutError:
-            self.counts["timed_out"] += 1
-            self.on_timeout(job_id)
-            raise LabError(
-                504, f"{workload} ran longer than --job-timeout {self.job_timeout:g} s; {self.timeout_outcome}"
-            ) from None
-        except BrokenProcessPool:
-            self.counts["broken"] += 1
-            self.on_broken()
-            raise LabError(
-                503,
-                "the process pool broke while running this job (a worker died or was killed); "
-                "it is being replaced, retry",
-                retry_after=RETRY_AFTER_S,
-            ) from None
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if not job.cancelled() or (task is not None and task.cancelling()):
-                # Our client left (see LabHandler.until_disconnect). A job no
-                # worker has started yet need not run at all.
-                if not record.started.done() and self.on_abandoned(job_id):
-                    self.counts["cancelled_waiting"] += 1
-                raise
-            # The executor dropped the job: its pool was replaced before a worker took it.
-            raise LabError(
-                503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
-            ) from None
-
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        raise NotImplementedError
-
-    def _started(self, job_id: int, worker: int | str) -> None:
-        job = self._running.get(job_id)
-        if job is not None and not job.started.done():
-            job.worker = worker
-            job.started.set_result(time.time())
-
-    def on_timeout(self, job_id: int) -> None:
-        pass
-
-    def on_abandoned(self, job_id: int) -> bool:
-        """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
-
-        The gate hands an executor no more jobs than it has workers, so a
-        pool job is never left queued inside it; a cluster's scheduler may
-        still hold one (another client's tasks run first). True if withdrawn.
-        """
-        return False
-
-    def on_broken(self) -> None:
-        pass
-
-    def facts(self) -> dict[str, Any]:
-        return {}
-
-    def snapshot(self) -> dict[str, Any]:
-        now = time.time()
-        jobs = self._running.values()
-        since = [job.started.result() for job in jobs if job.started.done()]
-        return {
-            "kind": self.kind,
-            "size": self.size,
-            "running": self.slots.busy,
-            "waiting": self.slots.waiting,
-            "max_pending": self.max_pending,
-            "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),
-            "longest_running_s": round(now - min(since), 3) if since else None,
-            **self.counts,
-        }
 
 
 class ThreadRunner(PoolRunner):
     """`run_in_executor` on one shared ThreadPoolExecutor."""
 
-    mode = "threading"
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
-
-    @classmethod
-    def pool_size(cls, config: Config) -> int:
-        return config.thread_pool
+    settings = (THREAD_POOL,)
+    size_setting = THREAD_POOL
 
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
@@ -318,7 +133,7 @@ class ThreadRunner(PoolRunner):
 
     async def close(self, wait: bool = True) -> None:
         # Waiting or not, a running thread cannot be stopped and the
-        # interpreter joins pool threads at exit; server.py ends the process
+        # interpreter joins pool threads at exit; lab/main.py ends the process
         # with os._exit if one is still busy when the grace period is over.
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -328,16 +143,13 @@ class ThreadRunner(PoolRunner):
 class ProcessRunner(PoolRunner):
     """`run_in_executor` on ONE shared ProcessPoolExecutor, replaced only when it breaks."""
 
-    mode = "processing"
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
+    settings = (PROCESS_POOL,)
+    size_setting = PROCESS_POOL
 
-    @classmethod
-    def pool_size(cls, config: Config) -> int:
-        return config.process_pool
-
-    def __init__(self, size: int, max_pending: int, job_timeout: float) -> None:
-        super().__init__(size, max_pending, job_timeout)
+    def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
+        super().__init__(mode, size, max_pending, job_timeout)
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
         self._warming: asyncio.Task[None] | None = None

@@ -1,4 +1,4 @@
-"""What one server process owns: its pools, its HTTP client, its stats, its identity."""
+"""What one server process owns: its runners, its requests' lifecycle, its stats, its identity."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
-from lab.accept import Occupancy
 from lab.config import Config, cpu_count
 from lab.gil import GilMeter, gil_enabled
-from lab.modes import MODES, build_runners
+from lab.lifecycle import Lifecycle
+from lab.modes import build_runners
 from lab.runners import Runner
 from lab.stats import Board, RequestStats
-from lab.upstream_client import Upstream
-from workloads.registry import WORKLOADS
 
 log = logging.getLogger(__name__)
 
@@ -38,36 +36,27 @@ class Services:
     # race driver); never taken from a request's Host header.
     base_url: str
     runners: dict[str, Runner]
-    upstream: Upstream  # what /async awaits
     task_id: int | None
     board: Board
     requests: RequestStats
     restarts: int = 0
     pid: int = field(default_factory=os.getpid)
     started: float = field(default_factory=time.time)
-    active_requests: int = 0
-    # Work in-flight requests await (see LabHandler.until_disconnect).
-    jobs: set[asyncio.Future[Any]] = field(default_factory=set)
     # The lab page's race, if one runs (handlers/race.py): at most one.
     races: set[asyncio.Future[None]] = field(default_factory=set)
-    stopping: bool = False
-    # What this process holds, for the fair accept policy (lab/accept.py).
-    occupancy: Occupancy = field(default_factory=Occupancy)
     # This process's GIL contention over the last PUBLISH_EVERY_MS (None: not measured).
     gil: GilMeter = field(default_factory=GilMeter)
     gil_contention: float | None = None
-    _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    lifecycle: Lifecycle = field(init=False)
     _publisher: PeriodicCallback | None = None
     _published_at: float = 0.0
     _publish_soon: asyncio.Handle | None = None
 
     def __post_init__(self) -> None:
-        self._idle.set()  # no request in flight yet
+        self.lifecycle = Lifecycle(self.requests, self.facts, self._publish_request)
 
     @classmethod
-    async def start(
-        cls, config: Config, base_url: str, upstream_url: str, task_id: int | None, board: Board
-    ) -> Services:
+    async def start(cls, config: Config, base_url: str, task_id: int | None, board: Board) -> Services:
         runners = build_runners(config)
         try:
             for runner in runners.values():
@@ -76,14 +65,12 @@ class Services:
             for runner in runners.values():
                 await runner.close(wait=False)
             raise
-        upstream = Upstream(upstream_url, config.upstream_client, config.upstream_timeout)
         # A child replacing a dead one inherits its slot: its totals and a restart.
         previous = board.read(task_id or 0)
         services = cls(
             config=config,
             base_url=base_url,
             runners=runners,
-            upstream=upstream,
             task_id=task_id,
             board=board,
             requests=RequestStats(previous["requests"] if previous else None),
@@ -93,50 +80,33 @@ class Services:
         services.publish()
         services._publisher = PeriodicCallback(services._tick, PUBLISH_EVERY_MS)
         services._publisher.start()
-        log.info(
-            "ready: thread pool %d, process pool %d, max pending %d, job timeout %g s, upstream %s",
-            config.thread_pool,
-            config.process_pool,
-            config.max_pending,
-            config.job_timeout,
-            upstream_url,
-        )
+        notes = [note for runner in runners.values() if (note := runner.ready_note())]
+        notes += [f"max pending {config.max_pending}", f"job timeout {config.job_timeout:g} s"]
+        log.info("ready: %s, upstream %s", ", ".join(notes), config.upstream)
         return services
 
     def facts(self) -> dict[str, Any]:
-        """This server as the ideal and /stats see it: cores, processes, pool sizes (lab/modes.py's Facts)."""
+        """This server as the ideal and /stats see it: cores, processes, and what each runner adds (pool sizes...)."""
         config = self.config
         return {
             "processes": config.process_count,
             "forked": config.forked,
             "cpu_count": cpu_count(),
-            "thread_pool": config.thread_pool,
-            "process_pool": config.process_pool,
             "gil_enabled": gil_enabled(),
             **{key: value for runner in self.runners.values() for key, value in runner.facts().items()},
         }
 
-    def share(self, mode: str, workload: str) -> float:
-        """The part of this process one run takes: 1 / the lanes its mode has here for it; 0 if it only waits."""
-        facts = {
-            **self.facts(),
-            "processes": 1,
-            "releases_gil": {workload: WORKLOADS[workload].releases_gil} if workload in WORKLOADS else {},
-            "waits": {workload: WORKLOADS[workload].waits} if workload in WORKLOADS else {},
-        }
-        lanes = MODES[mode].capacity(facts, workload).lanes
-        return 0.0 if lanes is None else 1.0 / lanes
-
     def snapshot(self) -> dict[str, Any]:
+        pools = {mode: snap for mode, runner in self.runners.items() if (snap := runner.snapshot())}
         return {
             "pid": self.pid,
             "task_id": self.task_id,
             "started": self.started,
             "restarts": self.restarts,
-            "active_requests": self.active_requests,
+            "active_requests": self.lifecycle.active,
             "gil_contention": self.gil_contention,
             "requests": self.requests.modes,
-            "pools": {mode: runner.snapshot() for mode, runner in self.runners.items()},
+            "pools": pools,
             "published": time.time(),
         }
 
@@ -161,27 +131,10 @@ class Services:
         of two readings).
         """
         wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
-        if wait <= 0 or not self.active_requests:
+        if wait <= 0 or not self.lifecycle.active:
             self.publish()
         elif self._publish_soon is None:
             self._publish_soon = asyncio.get_running_loop().call_later(wait, self.publish)
-
-    def request_started(self) -> None:
-        self.active_requests += 1
-        self._idle.clear()
-
-    def request_finished(self, mode: str | None, status: int, seconds: float) -> None:
-        """Called once per request that request_started() counted, as it ends."""
-        self.active_requests -= 1
-        if not self.active_requests:
-            self._idle.set()
-        if mode is not None:
-            self.requests.record(mode, status, seconds)
-            self._publish_request()  # so that /stats from any process counts this request
-
-    async def requests_done(self) -> None:
-        """Return once no request is in flight."""
-        await self._idle.wait()
 
     async def drain(self, grace: float) -> bool:
         """Wait up to `grace` seconds for in-flight requests *and* pool jobs; True if all ended.
@@ -191,18 +144,12 @@ class Services:
         """
         try:
             async with asyncio.timeout(grace):
-                await self.requests_done()
+                await self.lifecycle.done()
                 for runner in self.runners.values():
                     await runner.idle.wait()
         except TimeoutError:
             return False
         return True
-
-    def abandon(self) -> None:
-        """The grace period is over: every awaited job ends now, its client gets a 503."""
-        self.stopping = True
-        for job in list(self.jobs):
-            job.cancel()
 
     async def close(self, wait: bool = True) -> None:
         for race in list(self.races):
@@ -210,7 +157,6 @@ class Services:
         if self._publisher is not None:
             self._publisher.stop()
         self.gil.stop()
-        self.upstream.close()
         for runner in self.runners.values():
             await runner.close(wait)
         self.publish()

@@ -32,7 +32,11 @@ from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
 from lab.errors import LabError
 
-CLIENTS = ("pooled", "simple")
+# Each client and what it does, in --upstream-client's help (lab/config.py).
+CLIENTS = {
+    "pooled": "keep-alive connections reused across calls",
+    "simple": "Tornado's SimpleAsyncHTTPClient, a new connection per call, to compare with",
+}
 MAX_SIMPLE_CALLS = 10_000
 # Idle connections kept for reuse; beyond this a burst's extra ones are closed.
 MAX_IDLE = 1024

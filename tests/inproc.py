@@ -13,6 +13,7 @@ signals and pool faults are the subprocess tests' job.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator
@@ -21,14 +22,13 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from handlers.app import make_app
-from handlers.upstream import make_upstream_app
 from lab.config import Config
 from lab.httpserver import make_http_server
 from lab.modes import build_runners
 from lab.runners import ProcessRunner
 from lab.services import Services
 from lab.stats import Board, RequestStats
-from lab.upstream_client import Upstream
+from lab.upstream_server import make_upstream_app
 
 
 class InProcessLab:
@@ -58,24 +58,17 @@ class InProcessLab:
         upstream.add_sockets([upstream_socket])
         [socket] = bind_sockets(0, "127.0.0.1")
         self.url = f"http://127.0.0.1:{socket.getsockname()[1]}"
-        runners = build_runners(self.config)
+        config = self.config
+        if config.upstream is None:  # as lab/main.py does with its embedded upstream
+            config = dataclasses.replace(config, upstream=f"http://127.0.0.1:{upstream_socket.getsockname()[1]}")
+        runners = build_runners(config)
         for runner in runners.values():
             if self.pools or not isinstance(runner, ProcessRunner):
                 await runner.start()
         services = Services(
-            config=self.config,
-            base_url=self.url,
-            runners=runners,
-            upstream=Upstream(
-                f"http://127.0.0.1:{upstream_socket.getsockname()[1]}",
-                self.config.upstream_client,
-                self.config.upstream_timeout,
-            ),
-            task_id=None,
-            board=Board(1),
-            requests=RequestStats(),
+            config=config, base_url=self.url, runners=runners, task_id=None, board=Board(1), requests=RequestStats()
         )
-        server = make_http_server(make_app(self.config, services))
+        server = make_http_server(make_app(config, services))
         server.add_sockets([socket])
         self._ready.set()
         await self._stop.wait()

@@ -9,14 +9,15 @@ import pytest
 
 from lab import ROOT
 from lab.config import Config, cpu_count, parse_args
+from lab.runners import PROCESS_POOL, THREAD_POOL
 
 
 def test_defaults() -> None:
     config = parse_args([])
     assert config == Config()
     assert (config.host, config.port, config.processes) == ("127.0.0.1", 8000, 1)
-    assert config.thread_pool == min(32, cpu_count() + 4)
-    assert config.process_pool == cpu_count()
+    assert config[THREAD_POOL] == min(32, cpu_count() + 4)
+    assert config[PROCESS_POOL] == cpu_count()
     assert config.upstream is None and config.access_log and not config.debug
 
 
@@ -28,7 +29,7 @@ def test_flags() -> None:
     )
     config = parse_args(argv.split())
     assert config.processes == 0 and config.process_count == cpu_count() and config.forked
-    assert (config.thread_pool, config.process_pool, config.max_pending) == (3, 5, 7)
+    assert (config[THREAD_POOL], config[PROCESS_POOL], config.max_pending) == (3, 5, 7)
     assert config.upstream == "http://127.0.0.1:9"
     assert (config.job_timeout, config.upstream_timeout, config.grace) == (2.5, 1.0, 3.0)
     assert not config.access_log

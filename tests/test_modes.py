@@ -1,14 +1,22 @@
-"""The mode registry is the one home of a mode: a new one needs an entry and its runner, nothing else."""
+"""The mode registry is the one home of a mode: a new one needs an entry and its runner, nothing else.
+
+The toy mode below is that whole change: a Mode entry, a runner class that
+declares its own pool-size flag, and this test, which finds the mode in
+--help, /modes, /stats facts, the route, the race's choices and the ideal
+without any other file edited.
+"""
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import itertools
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -16,61 +24,72 @@ from bench import race as race_cli
 from bench import siege_steps
 from bench.ideal import ideal_makespan, ideal_words, lanes
 from lab import ROOT
-from lab.config import Config
+from lab.config import Config, build_parser, parse_args
 from lab.modes import MODES, Capacity, Facts, Mode, build_runners
+from lab.pool import PoolRunner
+from lab.settings import Setting, count
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get
 from workloads.registry import RunRecord, run_timed
 
+TOY_POOL = Setting(
+    "--toy-pool", count(1), 3, metavar="N", help="toys that run at once, per server process (default: %(default)s)"
+)
 
-class ToyRunner:
-    """A mode invented for this test: runs the workload in a fresh thread per request, no pool at all."""
 
-    mode = "toy"
-    inline = False
+class ToyRunner(PoolRunner):
+    """A mode invented for this test: a pool of its own size that starts a fresh thread for every job."""
 
-    def __init__(self) -> None:
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    @classmethod
-    def from_config(cls, config: Config) -> Self:
-        return cls()
+    kind = "a thread per job"
+    timeout_outcome = "its thread runs on"
+    settings = (TOY_POOL,)
+    size_setting = TOY_POOL
 
     async def start(self) -> None:
         pass
 
-    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
-        return await asyncio.to_thread(run_timed, workload, params)
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"kind": "a thread per request"}
+        def job() -> RunRecord:
+            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
+            return run_timed(workload, params)
 
-    def facts(self) -> dict[str, Any]:
-        return {"toy": {"threads_started": "one per request"}}
+        return asyncio.ensure_future(asyncio.to_thread(job))
 
     async def close(self, wait: bool = True) -> None:
         pass
 
 
 def _toy_capacity(facts: Facts, workload: str) -> Capacity:
-    return Capacity(3, "three toys at once")
+    return Capacity(int(facts["toy_pool"]), "as many toys as the pool has")
 
 
 TOY = Mode(
     "toy",
-    "starts a new thread for every request.",
+    "starts a new thread for every request, a few at a time.",
     "threads",
     _toy_capacity,
     runner="tests.test_modes.ToyRunner",
+    summary="in a toy box",
 )
 
 
 @pytest.fixture
 def toy_lab(monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessLab]:
-    # The registry entry is the whole change: no route, handler, list or formula is touched.
+    # The registry entry is the whole change: no route, handler, flag list or formula is touched.
     monkeypatch.setitem(MODES, "toy", TOY)
-    yield from serve_in_process()
+    yield from serve_in_process(Config(thread_pool=2, process_pool=1, toy_pool=4, access_log=False))
+
+
+def test_a_new_modes_flag_is_in_help_and_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MODES, "toy", TOY)
+    help_text = build_parser().format_help()
+    assert "--toy-pool N" in help_text and "toys that run at once, per server process (default: 3)" in help_text
+    assert "in a toy box (/toy)" in help_text  # the description names every mode
+    assert parse_args(["--toy-pool", "5"])[TOY_POOL] == 5 and Config()[TOY_POOL] == 3
+    with pytest.raises(SystemExit):
+        parse_args(["--toy-pool", "0"])  # its own parser, its own limits
 
 
 def test_a_new_mode_is_served_listed_and_raced_from_its_registry_entry(toy_lab: InProcessLab) -> None:
@@ -82,12 +101,14 @@ def test_a_new_mode_is_served_listed_and_raced_from_its_registry_entry(toy_lab: 
     assert get(f"{toy_lab.url}/toy?n=5").json()["workload"] == "count"  # the default workload, as every mode
     assert get(f"{toy_lab.url}/toy/nope").status == 404
 
-    assert [m["name"] for m in get(f"{toy_lab.url}/modes").json()][-1] == "toy"
+    listed = get(f"{toy_lab.url}/modes").json()[-1]
+    assert (listed["name"], listed["flags"]) == ("toy", ["--toy-pool"])
     assert "toy" in get(f"{toy_lab.url}/race/options").json()["modes"]
     assert "/toy" in get(f"{toy_lab.url}/nope").json()["error"]["message"]
     stats = get(f"{toy_lab.url}/stats").json()
-    assert stats["processes"][0]["pools"]["toy"] == {"kind": "a thread per request"}
-    assert stats["server"]["toy"] == {"threads_started": "one per request"}
+    pool = stats["processes"][0]["pools"]["toy"]
+    assert (pool["kind"], pool["size"]) == ("a thread per job", 4)
+    assert stats["server"]["toy_pool"] == 4  # its facts, which its capacity reads
     assert stats["totals"]["requests"]["toy"] | {"mean_ms": 0, "max_ms": 0} == {
         "count": 3,
         "errors": 1,
@@ -98,23 +119,23 @@ def test_a_new_mode_is_served_listed_and_raced_from_its_registry_entry(toy_lab: 
 
 def test_the_bench_and_its_ideal_take_a_new_mode_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(MODES, "toy", TOY)
-    facts = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2}
+    facts = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "toy_pool": 3}
     assert lanes("toy", "count", facts) == 3
     assert ideal_makespan("toy", "count", facts, 1.0, 10) == 4.0  # ceil(10/3) rounds
-    assert ideal_words("toy", "count", facts, 1.0, 10) == "three toys at once: 4 rounds of 1.00 s."
+    assert ideal_words("toy", "count", facts, 1.0, 10) == "as many toys as the pool has: 4 rounds of 1.00 s."
     assert race_cli.build_parser().parse_args(["--mode", "toy"]).mode == "toy"
     step = ["prepare", "--base", "http://h:1", "--name", "toy", "--mode", "toy", "--dir", "."]
     assert siege_steps.build_parser().parse_args(step).mode == "toy"
 
 
-def test_every_mode_with_a_runner_is_built_and_described() -> None:
+def test_every_mode_has_a_runner_told_its_name() -> None:
     runners = build_runners(Config(thread_pool=2, process_pool=1))
-    assert set(runners) == {name for name, mode in MODES.items() if mode.runner}
+    assert set(runners) == set(MODES)
     assert all(runner.mode == name for name, runner in runners.items())
     for mode in MODES.values():
         described = mode.describe()
         assert described["name"] == mode.name and described["why"].endswith(".")
-        assert mode.runs_workloads == (mode.runner is not None)
+    assert MODES["threading"].describe()["flags"] == ["--thread-pool"]
 
 
 def test_modes_route_lists_the_registry(app: InProcessLab) -> None:
@@ -129,40 +150,99 @@ def test_modes_route_lists_the_registry(app: InProcessLab) -> None:
 # ---------- the house's layers: handlers -> lab -> workloads, and bench beside them ----------
 
 
-def _imports(package: str) -> dict[str, set[str]]:
-    """Every module of `package` and the top-level names of what it imports (TYPE_CHECKING ones included)."""
-    found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / package).glob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        names: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-        found[str(Path(package) / path.name)] = names
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants in `tree` (prose: they may name anything)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
     return found
 
 
+def _started(tree: ast.AST) -> set[str]:
+    """Modules the code starts with `python -m`: a "-m" followed by a name in an argv list, tuple or call,
+    or "-m NAME" inside a string that is not a docstring."""
+    found: set[str] = set()
+    prose = _docstrings(tree)
+    for node in ast.walk(tree):
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
+        for flag, name in itertools.pairwise(items):
+            if isinstance(flag, ast.Constant) and flag.value == "-m" and isinstance(name, ast.Constant):
+                found.add(str(name.value))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            found |= set(re.findall(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)", node.value))
+    return found
+
+
+def _named(tree: ast.AST) -> dict[str, set[str]]:
+    """What a module names: the modules it imports (TYPE_CHECKING ones included) and those it starts with -m."""
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module)
+    return {"imports": imported, "starts": _started(tree)}
+
+
+def _modules(package: str) -> dict[str, dict[str, set[str]]]:
+    """Every module of `package` and what it names."""
+    return {
+        str(Path(package) / path.name): _named(ast.parse(path.read_text(), filename=str(path)))
+        for path in sorted((ROOT / package).glob("*.py"))
+    }
+
+
+def _wrong(named: dict[str, set[str]], forbidden: tuple[str, ...], may_start: frozenset[str]) -> set[str]:
+    imports = {name for name in named["imports"] if name.split(".")[0] in forbidden}
+    starts = {name for name in named["starts"] - may_start if name.split(".")[0] in forbidden}
+    return imports | {f"-m {name}" for name in starts}
+
+
 @pytest.mark.parametrize(
-    ("package", "forbidden"),
+    ("package", "forbidden", "may_start"),
     [
-        ("lab", ("handlers", "bench")),  # the machinery serves requests' code, never the other way round
-        ("workloads", ("handlers", "lab", "bench", "tornado")),  # pure functions
-        ("handlers", ("bench",)),  # the page's race runs bench.race as a separate program
+        # The machinery serves requests' code, never the other way round: it neither imports
+        # handlers or the bench nor starts them as programs (the upstream it starts lives in lab/).
+        ("lab", ("handlers", "bench"), frozenset()),
+        ("workloads", ("handlers", "lab", "bench", "tornado"), frozenset()),  # pure functions
+        # The page's race runs the bench's load generator as a separate program, and imports nothing of it.
+        ("handlers", ("bench",), frozenset({"bench.race"})),
     ],
 )
-def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...]) -> None:
-    for module, names in _imports(package).items():
-        wrong = {name for name in names if name.split(".")[0] in forbidden}
-        assert not wrong, f"{module} imports {sorted(wrong)}"
+def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...], may_start: frozenset[str]) -> None:
+    for module, named in _modules(package).items():
+        wrong = _wrong(named, forbidden, may_start)
+        assert not wrong, f"{module} names {sorted(wrong)}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import handlers.base",
+        "from bench.engine import race",
+        'subprocess.Popen([sys.executable, "-m", "handlers.upstream", "--fd", "3"])',
+        'asyncio.create_subprocess_exec(sys.executable, "-m", "bench.race")',
+        'ARGV = (python, "-m", "bench.compare")',
+        'os.system("python -m handlers.upstream --port 9000")',
+    ],
+)
+def test_the_layer_check_sees_imports_and_programs_started_by_name(source: str) -> None:
+    assert _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
+
+
+def test_the_layer_check_reads_docstrings_as_prose() -> None:
+    source = '"""Started as `python -m handlers.upstream`."""\ndef f():\n    """Or `python -m bench.race`."""\n'
+    assert not _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
 
 
 def test_only_the_race_command_line_imports_itself() -> None:
     # The other bench tools (and anything else) use the engine, not the CLI module.
     for package in ("bench", "lab", "handlers"):
-        for module, names in _imports(package).items():
-            assert "bench.race" not in names, module
+        for module, named in _modules(package).items():
+            assert "bench.race" not in named["imports"], module
 
 
 def test_server_py_is_a_thin_shim() -> None:

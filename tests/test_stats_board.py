@@ -9,9 +9,9 @@ import struct
 import pytest
 
 from lab.config import Config
+from lab.lifecycle import RequestLife
 from lab.services import Services
 from lab.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
-from lab.upstream_client import Upstream
 
 
 def test_slots_hold_their_last_document() -> None:
@@ -62,10 +62,14 @@ def test_a_document_too_large_for_a_slot_is_refused() -> None:
 
 
 def _services(board: Board) -> Services:
-    config = Config(access_log=False)
-    upstream = Upstream("http://127.0.0.1:1", config.upstream_client, config.upstream_timeout)
-    return Services(config=config, base_url="", runners={}, upstream=upstream, task_id=None,
-                    board=board, requests=RequestStats())  # fmt: skip
+    return Services(config=Config(access_log=False), base_url="", runners={}, task_id=None, board=board,
+                    requests=RequestStats())  # fmt: skip
+
+
+def _blocking_request(services: Services) -> RequestLife:
+    life = services.lifecycle.begin(object())
+    life.classify("blocking")
+    return life
 
 
 def _board_count(board: Board) -> int:
@@ -79,17 +83,14 @@ def test_the_last_request_in_flight_reaches_the_board_at_once() -> None:
         board = Board(1)
         services = _services(board)
         services.publish()  # a moment ago: the next request's end falls inside the burst window
-        services.request_started()
-        services.request_finished("blocking", 200, 0.01)
+        _blocking_request(services).end(200)
         assert _board_count(board) == 1  # an idle process has nothing to batch
         # In a burst, an end right after a publish waits for the window; the burst's last end does not.
-        services.request_started()
-        services.request_started()
+        first, last = _blocking_request(services), _blocking_request(services)
         services.publish()
-        services.request_finished("blocking", 200, 0.01)
+        first.end(200)
         assert _board_count(board) == 1
-        services.request_finished("blocking", 200, 0.01)
+        last.end(200)
         assert _board_count(board) == 3
-        services.upstream.close()
 
     asyncio.run(scenario())

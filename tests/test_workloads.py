@@ -76,13 +76,13 @@ def test_the_server_process_trains_its_predict_model_at_start_up(monkeypatch: py
     from lab.runners import BlockingRunner
 
     monkeypatch.setattr(ml, "_model", None)
-    asyncio.run(BlockingRunner().start())
+    asyncio.run(BlockingRunner("blocking").start())
     assert ml._model is not None
 
 
 def test_the_param_parser_does_not_load_numpy() -> None:
     # The embedded upstream parses ?seconds= with it; numpy and scikit-learn
     # would add most of a second to every server start.
-    code = "import sys, handlers.upstream; print(sorted({'numpy', 'sklearn'} & set(sys.modules)))"
+    code = "import sys, lab.upstream_server; print(sorted({'numpy', 'sklearn'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,0 +1,164 @@
+"""One request's life in a server process, from its connection to its answer: the one place it is accounted.
+
+    connected(stream)      a new connection holds a whole process (fair accept) for ACCEPT_GRACE_S at most
+    begin(stream)          a request arrives: counted in flight, timed from now            -> RequestLife
+    life.classify(mode)    its mode: its /stats bucket
+    life.claim(workload)   once known: the request takes its share of the process from its connection
+    life.attend(work)      the work it awaits; cancelled if its client goes (ClientGone) or
+                           the server's grace period runs out (503)
+    life.end(status)       counted once, as the response is about to leave: success and error alike
+    life.left()            the response has gone: the request holds nothing any more
+    disconnected(stream)   the connection closed, whatever it carried
+
+The handlers (handlers/base.py) and the HTTP server (lab/httpserver.py) call
+these; nothing else touches the counters or the process's occupancy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
+
+from tornado.ioloop import IOLoop
+
+from lab.accept import ACCEPT_GRACE_S, Occupancy
+from lab.errors import LabError
+from lab.modes import MODES, Facts, make_facts
+from lab.stats import RequestStats
+from workloads.registry import WORKLOADS
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client closed its connection while its request's work was awaited."""
+
+
+class Lifecycle:
+    """Every request of one server process: in flight, counted, classified, and what they hold of it."""
+
+    def __init__(self, stats: RequestStats, facts: Callable[[], Facts], on_end: Callable[[], None]) -> None:
+        self.stats = stats
+        self.occupancy = Occupancy()  # what the fair accept policy reads (lab/accept.py)
+        self.active = 0  # requests begun and not yet ended
+        # Work in-flight requests await: abandon() cancels it when the grace period is over.
+        self.jobs: set[asyncio.Future[Any]] = set()
+        self.stopping = False
+        self._facts = facts
+        self._on_end = on_end  # after each counted end: publish to the stats board
+        self._shares: dict[tuple[str, str], float] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ---------- connections ----------
+
+    def connected(self, stream: Hashable) -> None:
+        """Until its request says what it needs, a new connection might be a blocking run: it fills the process."""
+        self.occupancy.hold(stream, 1.0)
+        IOLoop.current().call_later(ACCEPT_GRACE_S, self.occupancy.release, stream)
+
+    def disconnected(self, stream: Hashable) -> None:
+        self.occupancy.release(stream)
+
+    # ---------- requests ----------
+
+    def begin(self, connection: Hashable) -> RequestLife:
+        self.active += 1
+        self._idle.clear()
+        return RequestLife(self, connection)
+
+    def share(self, mode: str, workload: str) -> float:
+        """The part of this process one run takes: 1 / the lanes its mode has here for it; 0 if it only waits.
+
+        Kept per (mode, workload) from its first use: the pools' sizes are
+        fixed, and a cluster's size when first used stands for it (the fair
+        policy's estimate, not a limit).
+        """
+        key = (mode, workload)
+        if key not in self._shares:
+            traits = [WORKLOADS[workload].describe()] if workload in WORKLOADS else []
+            lanes = MODES[mode].capacity(make_facts({**self._facts(), "processes": 1}, traits), workload).lanes
+            self._shares[key] = 0.0 if lanes is None else 1.0 / lanes
+        return self._shares[key]
+
+    def finished(self, mode: str | None, status: int, seconds: float) -> None:
+        """A request ended (RequestLife.end): out of flight, and counted under its mode if it has one."""
+        self.active -= 1
+        if not self.active:
+            self._idle.set()
+        if mode is not None:
+            self.stats.record(mode, status, seconds)
+            self._on_end()
+
+    async def done(self) -> None:
+        """Return once no request is in flight."""
+        await self._idle.wait()
+
+    def abandon(self) -> None:
+        """The grace period is over: every awaited job ends now, its client gets a 503."""
+        self.stopping = True
+        for job in list(self.jobs):
+            job.cancel()
+
+
+class RequestLife:
+    """One request, from begin() to left()."""
+
+    def __init__(self, lifecycle: Lifecycle, connection: Hashable) -> None:
+        self.received = time.time()
+        self.mode: str | None = None  # its /stats bucket; None: a route not worth counting
+        self._lifecycle = lifecycle
+        self._connection = connection
+        self._ended = False
+        self._gone = False
+        self._job: asyncio.Future[Any] | None = None
+
+    def classify(self, mode: str) -> None:
+        """Counted under `mode` in /stats, whatever its ending."""
+        self.mode = mode
+
+    def claim(self, workload: str) -> None:
+        """Its mode's run of `workload` is what it needs: it holds that share of the process, not its connection's."""
+        if self.mode is None:
+            raise RuntimeError("claim() needs the request's mode: classify() it first")
+        self._lifecycle.occupancy.move(self._connection, self, self._lifecycle.share(self.mode, workload))
+
+    async def attend(self, work: Awaitable[T]) -> T:
+        """Await `work`, cancelling it if the client goes away (ClientGone) or the server gives up waiting (503).
+
+        Abandoned work must not run: a queued job nobody waits for would make
+        the next caller wait behind it.
+        """
+        job: asyncio.Future[T] = asyncio.ensure_future(work)
+        self._job = job
+        self._lifecycle.jobs.add(job)
+        try:
+            return await job
+        except asyncio.CancelledError:
+            if self._gone:
+                raise ClientGone from None
+            if self._lifecycle.stopping:
+                raise LabError(503, "the server is shutting down; retry", retry_after=1) from None
+            raise
+        finally:
+            self._job = None
+            self._lifecycle.jobs.discard(job)
+
+    def client_gone(self) -> None:
+        self._gone = True
+        if self._job is not None:
+            self._job.cancel()
+
+    def end(self, status: int) -> None:
+        """Counted once, before the response leaves: a client holding its answer finds it in /stats."""
+        if not self._ended:
+            self._ended = True
+            self._lifecycle.finished(self.mode, status, time.time() - self.received)
+
+    def left(self) -> None:
+        """The response has left: this request, and its connection until its next request, hold nothing."""
+        occupancy = self._lifecycle.occupancy
+        occupancy.release(self)
+        occupancy.release(self._connection)

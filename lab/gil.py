@@ -2,9 +2,9 @@
 
 gilknocker runs a thread of its own that, for a few milliseconds at a time,
 keeps asking for the GIL and times how long each ask waits: the share of its
-sampling time spent waiting is the contention. Two threads of a pure-Python
-loop read about 0.9; two threads of numpy's matmul (which releases the GIL)
-under 0.1; an idle server about 0.01.
+sampling time spent waiting is the contention: near 1 while threads take
+turns on pure-Python code, near 0 while they run code that releases the GIL
+(numpy's matmul) or nothing runs at all.
 
 The meter costs little because it samples: SAMPLE_US of asking every
 millisecond, then a pause of PAUSE_US. Each reading covers the time since the

@@ -236,7 +236,7 @@ def description() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """server.py's whole command line, from the declarations (docs/api.md's flags table is made from it too)."""
+    """server.py's whole command line, from the declarations (the docs' flags table is made from it)."""
     parser = argparse.ArgumentParser(
         prog="server.py",
         description=description(),

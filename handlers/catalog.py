@@ -20,6 +20,8 @@ def described() -> list[dict[str, Any]]:
 
 
 class WorkloadsHandler(LabHandler):
+    """Every workload: its params with default, min and max, whether it releases the GIL or only waits."""
+
     def get(self) -> None:
         # A top-level JSON list (RequestHandler.write only serialises dicts).
         self.finish(json.dumps(described()))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
@@ -14,6 +17,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 # (chromium_path fails, never skips, when there is no chromium: CI installs it.)
 from bench.page import CHROMIUM_ARGS, Meters, chromium_path, family, settle
 from lab import ROOT
+from tests.bench_helpers import is_png
 from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer
 from tests.procs import wait_for
@@ -291,3 +295,12 @@ def test_the_peers_view_tries_again_after_there_was_no_comparison(visit: Visit, 
     finally:
         if hidden.exists():
             hidden.rename(results / "compare-1")
+
+
+def test_bench_page_saves_the_page_mid_race_with_screenshot(lab: LabServer, tmp_path: Path) -> None:
+    shot = tmp_path / "mid-race.png"
+    done = subprocess.run([sys.executable, "-m", "bench.page", "--url", lab.url, "--rounds", "1", "-p", f"n={RUN_N}",
+                           "--screenshot", str(shot), "--no-files"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert is_png(shot) and f"wrote {shot}" in done.stderr

@@ -204,7 +204,7 @@ def cli_race(base: str, args: argparse.Namespace) -> dict[str, Any]:
 def page_race(page: Any, args: argparse.Namespace, screenshot: Path | None = None) -> dict[str, Any]:
     """The race from the page: the form filled in and submitted as a person would.
 
-    With `screenshot`, the page is saved there once half the requests have their bar.
+    With `screenshot`, the viewport is saved there once half the requests have their bar.
     """
     page.select_option("#mode", args.mode)
     if MODES[args.mode].runs_workloads:
@@ -216,7 +216,7 @@ def page_race(page: Any, args: argparse.Namespace, screenshot: Path | None = Non
     if screenshot is not None:
         page.wait_for_selector(f"#timeline .request-bar >> nth={max(0, args.concurrency // 2 - 1)}",
                                timeout=RACE_TIMEOUT_MS)  # fmt: skip
-        page.screenshot(path=str(screenshot), full_page=True)
+        page.screenshot(path=str(screenshot))  # the viewport: form, timeline, ping and GIL tracks
     page.wait_for_selector("#summary[data-ratio]", timeout=RACE_TIMEOUT_MS)
     summary: dict[str, Any] = json.loads(page.get_attribute("#summary", "data-summary") or "{}")
     page.wait_for_selector("#run:not([disabled])", timeout=RACE_TIMEOUT_MS)

@@ -28,7 +28,7 @@ class WorkloadsHandler(LabHandler):
 
 
 class ModesHandler(LabHandler):
-    """The mode registry (lab/modes.py): the page and bench/siege.sh take their mode lists from here."""
+    """Every mode (the registry, lab/modes.py): what it does, where its work runs, its own params."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

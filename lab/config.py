@@ -94,7 +94,7 @@ class Config:
             count(0),
             1,
             metavar="N",
-            help=f"forked server processes; 0 = one per CPU core, here {cpu_count()} (default: %(default)s)",
+            help=lambda: f"forked server processes; 0 = one per CPU core, here {cpu_count()} (default: %(default)s)",
         )
     )
     # Every setting a mode's runner declares, by name (config[THREAD_POOL] reads one).

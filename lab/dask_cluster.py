@@ -52,9 +52,10 @@ LOGGING = {"distributed": "warning", "tornado": "notset", "tornado.application":
 # worker they start). Their statistical profiler samples the task's thread
 # every 10 ms and needs the GIL to do it, slowing pure-Python tasks, for a
 # dashboard nobody runs here: off. Their GIL meter stays on (Dask's own, with
-# gilknocker): /stats shows each worker's reading. A cluster of your own
-# keeps its own settings. (Dotted keys: a nanny merges this over its own
-# config one level deep, then each worker applies it with dask.config.set.)
+# gilknocker): /stats shows each worker's reading. A cluster of your own keeps
+# its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
+# keys: a nanny merges this over its own config one level deep, then each
+# worker applies it with dask.config.set.)
 EMBEDDED_WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.gil.enabled": True,

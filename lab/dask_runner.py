@@ -9,9 +9,10 @@ embedded   (default) a LocalCluster of worker processes, one thread each,
            up, which no other test or mode should pay for) and closed on exit.
            Its scheduler runs inside the server process; no dashboard.
 external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
-           `dask scheduler` and `dask worker`, connected at start-up. The
-           client ships the `workloads` package to its workers, so they need
-           only this project's requirements.
+           `dask scheduler` and `dask worker` (docs/operating.md, "A Dask
+           cluster of your own"), connected at start-up. The client ships the
+           `workloads` package to its workers, so they need only this
+           project's requirements.
 
 What the pools do, this runner does too (it is a PoolRunner): the admission
 gate (its size follows the cluster's worker threads as workers come and go),
@@ -69,15 +70,17 @@ DASK_SCHEDULER = Setting[str | None](
     "--dask-scheduler",
     _scheduler,
     metavar="tcp://HOST:PORT",
-    help="/distributed runs on this running Dask cluster (see README, 'Past one machine'); default: an "
+    help="/distributed runs on this running Dask cluster (docs/operating.md); default: an "
     "embedded LocalCluster, started on the first /distributed request",
 )
 DASK_WORKERS = Setting[int | None](
     "--dask-workers",
     count(1),
     metavar="N",
-    help=f"worker processes (one thread each) of the embedded cluster, per server process (default: one per "
-    f"core, here {cpu_count()}, shared out among forked children)",
+    help=lambda: (
+        f"worker processes (one thread each) of the embedded cluster, per server process (default: one "
+        f"per core, here {cpu_count()}, shared out among forked children)"
+    ),
     check=_workers_for_embedded_only,
 )
 
@@ -123,7 +126,7 @@ class DaskRunner(PoolRunner):
         except OSError as error:
             return (
                 f"cannot reach the Dask scheduler at {scheduler} ({error.strerror or error}): start it "
-                "first (README, 'Past one machine'), or leave out --dask-scheduler for an embedded cluster"
+                "first (docs/operating.md), or leave out --dask-scheduler for an embedded cluster"
             )
         return None
 

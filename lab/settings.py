@@ -31,8 +31,9 @@ class Setting(Generic[T]):
     # Computed when a parser or a Config is built (pool sizes follow the cores).
     default_factory: Callable[[], T] | None = None
     metavar: str | None = None
-    # As argparse takes it: %(default)s is the default.
-    help: str = ""
+    # As argparse takes it (%(default)s is the default); a function if it names something only known
+    # when the parser is built (the core count).
+    help: str | Callable[[], str] = ""
     choices: tuple[str, ...] | None = None
     # Its key in Config (and /stats facts): the flag's words joined by "_" unless given.
     dest: str | None = None
@@ -46,10 +47,13 @@ class Setting(Generic[T]):
     def default_value(self) -> T | None:
         return self.default_factory() if self.default_factory is not None else self.default
 
+    def help_text(self) -> str:
+        return self.help() if callable(self.help) else self.help
+
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if self.parse is None:  # a switch: --debug sets True; --no-access-log (default True) sets False
             action = "store_false" if self.default else "store_true"
-            parser.add_argument(self.flag, dest=self.name, action=action, help=self.help)
+            parser.add_argument(self.flag, dest=self.name, action=action, help=self.help_text())
             return
         parser.add_argument(
             self.flag,
@@ -58,7 +62,7 @@ class Setting(Generic[T]):
             default=self.default_value(),
             metavar=self.metavar,
             choices=self.choices,
-            help=self.help,
+            help=self.help_text(),
         )
 
     def problem(self, values: Values) -> str | None:

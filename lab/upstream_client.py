@@ -7,10 +7,11 @@ pooled  The default: HTTP/1.1 GETs over connections kept open and reused
         Content-Length or chunked body). A call on a warm connection costs the
         event loop a fraction of the CPU Tornado's clients spend on one, and
         with a thousand waits on one loop, CPU per call decides how long the
-        last of them waits (bench/scale.py measures it; the docs have figures).
+        last of them waits (docs/modes.md, async).
 simple  Tornado's SimpleAsyncHTTPClient, pure Python: a new TCP connection and
         a name lookup (in a thread) per call, as it always sends
-        `Connection: close`. Kept to measure against (bench/scale.py).
+        `Connection: close`. Kept to measure against:
+        `python -m bench.crowd --server-args '--upstream-client simple'`.
 
 Neither queues calls: the pool opens a connection whenever none is idle, and
 the simple client's `max_clients` is far above anything the routes allow.

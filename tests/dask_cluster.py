@@ -47,9 +47,16 @@ class DaskCluster:
         self.scheduler_file.unlink(missing_ok=True)  # the scheduler writes its address there once it listens
         self._start(["scheduler", "--port", "0", "--scheduler-file", str(self.scheduler_file), *LOOPBACK],
                     "scheduler.log")  # fmt: skip
-        assert wait_for(self.scheduler_file.exists, timeout=60), self.log("scheduler.log")
-        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        # The scheduler creates the file before it has written it: wait for a whole JSON document.
+        assert wait_for(self._written_address, timeout=60), self.log("scheduler.log")
         return self.address
+
+    def _written_address(self) -> bool:
+        try:
+            self.address = json.loads(self.scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return True
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
         return self._start(

@@ -47,6 +47,9 @@ def test_flags() -> None:
         (["--debug", "--processes", "2"], "--debug needs --processes 1"),
         (["--accept", "round-robin"], "invalid choice: 'round-robin'"),
         (["--upstream", "https://x"], "add --upstream-client simple"),
+        # A mode's own flag, checked by the runner that declares it (lab/dask_runner.py).
+        (["--dask-scheduler", "tcp://127.0.0.1:1", "--dask-workers", "2"], "--dask-workers sizes the embedded cluster"),
+        (["--dask-scheduler", "http://x:1"], "is not a Dask scheduler address"),
     ],
 )
 def test_bad_flags_exit_2_with_a_reason(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

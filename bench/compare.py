@@ -32,7 +32,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from bench.args import OUT, new_parser, run_command
 from bench.engine import get, race
 from bench.peers import BIN, Running, WorkerView
 from bench.presets import PRESETS, Load, Preset
-from bench.race_data import Event, RaceSpec, Response, Summary
+from bench.race_data import Event, RaceSpec, Response, Summary, spread_of
 from bench.servers import Peaks, ServerError
 from bench.siege_steps import SIEGERC, parse_siege
 from bench.summary import Column, columns, machine_facts, markdown_table, new_results_dir, spread_text, text_table
@@ -147,7 +146,7 @@ def _row(
         "ping_p50_ms": summary.ping_p50_ms,
         "ping_max_ms": summary.ping_max_ms,
         # Where the work ran: requests per process that ran them (a worker process, or the server itself).
-        "spread": {str(pid): n for pid, n in Counter(body["worker"]["pid"] for body in ok).most_common()},
+        "spread": spread_of([body["worker"]["pid"] for body in ok]),
         "threads_used": len({(body["worker"]["pid"], body["worker"]["thread"]) for body in ok}),
         "peak_processes": peaks.processes,
         "peak_threads": peaks.threads,

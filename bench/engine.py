@@ -136,22 +136,17 @@ def race(spec: RaceSpec, on_event: Callable[[Event], None] | None = None) -> tup
     time, so a consumer writing lines never interleaves two of them.
     """
     emit = _serialised(on_event)
-    spec = _with_base(spec)
+    spec = replace(spec, base=spec.base.rstrip("/"))
     url = spec.url or mode_url(spec.base, spec.mode, spec.workload, spec.params)
     solo = time_solo_runs(spec, url)
     capacity = parallel_capacity(spec, solo.server)
     emit(race_event(spec, url, solo, capacity))
     responses, pings = _fire(spec, url, emit)
     if spec.solo_after:
-        after, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout)
-        solo = Solo(solo.samples + after, solo.server)
+        solo = time_solo_runs_again(spec, url, solo)
     summary = summarise(spec, solo, capacity, responses, pings, url=url)
     emit({"event": "done", "summary": asdict(summary)})
     return summary, sorted(responses, key=lambda r: r.index), pings
-
-
-def _with_base(spec: RaceSpec) -> RaceSpec:
-    return replace(spec, base=spec.base.rstrip("/"))
 
 
 def time_solo_runs(spec: RaceSpec, url: str) -> Solo:
@@ -163,6 +158,12 @@ def time_solo_runs(spec: RaceSpec, url: str) -> Solo:
     # Once more, as the race will find it: the first request may have started
     # what the mode runs on (the embedded Dask cluster starts on first use).
     return Solo(samples, spec.server or server_facts(spec.base, spec.timeout))
+
+
+def time_solo_runs_again(spec: RaceSpec, url: str, before: Solo) -> Solo:
+    """As many solo runs after the race: t becomes the median of the runs on both sides of it."""
+    after, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout)
+    return Solo(before.samples + after, before.server)
 
 
 def parallel_capacity(spec: RaceSpec, server: dict[str, Any]) -> machine.Capacity | None:

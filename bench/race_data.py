@@ -51,13 +51,8 @@ class RaceSpec:
 
     @property
     def ran(self) -> str:
-        """What this race runs, as its envelopes name it."""
-        return ran(self.mode, self.workload)
-
-
-def ran(mode: str, workload: str) -> str:
-    """What a race of `mode` runs, as its envelopes name it (async: "upstream", not the workload)."""
-    return MODES[mode].workload or workload
+        """What this race runs, as its envelopes name it (async: "upstream", not the workload)."""
+        return MODES[self.mode].workload or self.workload
 
 
 @dataclass(frozen=True)

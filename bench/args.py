@@ -5,13 +5,21 @@ A bench command is a module with a `build_parser()` and a `main(argv)`:
     def build_parser() -> argparse.ArgumentParser:
         parser = new_parser("bench.mine", __doc__)
         URL.add(parser)
+        SERVER_ARGS.add(parser, help="flags for the server started when --url is not given")
         PARAM.add(parser, help="workload param, repeatable")
-        parser.add_argument("--mine", ...)          # a flag of its own
+        CONCURRENCY.add(parser, help="simultaneous requests (default: 10)")
+        parser.add_argument("--mine", ...)  # a flag of its own
         return parser
 
     def main(argv: Sequence[str] | None = None) -> int:
-        args = build_parser().parse_args(argv)
-        return run_command(lambda: measure(args))   # 0, 1 with `error: ...`, 130 on Ctrl-C or SIGTERM
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        check_ranges(parser, ("-c", args.concurrency, 1, 200))  # exit 2: "-c must be between 1 and 200"
+        return run_command(lambda: measure(args))  # 0; 1 with `error: ...`; 130 on Ctrl-C or SIGTERM
+
+    def measure(args: argparse.Namespace) -> None:
+        with lab_server(args.url, args.server_args, "mine-") as base:  # bench/servers.py: --url's, or its own
+            ...
 
 A flag two commands take is declared here once (a `Flag`: its names, type,
 default, metavar) and added by each with its own help where its meaning
@@ -70,6 +78,13 @@ def new_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         prog=f"python -m {module}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def check_ranges(parser: argparse.ArgumentParser, *checks: tuple[str, int, int, int]) -> None:
+    """Each (flag, value, low, high): a value outside its range is a usage error (exit 2) naming the flag."""
+    for name, value, low, high in checks:
+        if not low <= value <= high:
+            parser.error(f"{name} must be between {low} and {high}")
 
 
 def stop_on_sigterm() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
+from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, URL, WORKLOAD, check_ranges, new_parser, run_command
 from bench.engine import get, mode_url, with_tag
 from bench.servers import lab_server
 from bench.summary import Column, markdown_table, new_results_dir, percentile, text_table
@@ -71,8 +71,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = [m for m in args.modes if m not in WORKLOAD_MODES]
     if unknown or not args.modes:
         parser.error(f"--modes takes modes that run workloads: {', '.join(WORKLOAD_MODES)} (got {args.modes})")
-    if not 1 <= args.requests <= 10_000:
-        parser.error("-n must be between 1 and 10000")
+    check_ranges(parser, ("-n", args.requests, 1, 10_000))
     if not args.param and args.workload == "count":
         args.param = [("n", "1")]
     return args

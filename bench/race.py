@@ -40,6 +40,7 @@ from bench.args import (
     URL,
     WARMUP,
     WORKLOAD,
+    check_ranges,
     new_parser,
     run_command,
 )
@@ -159,10 +160,9 @@ def write_files(out: Path, base: str, results: list[dict[str, Any]]) -> list[Pat
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name, value, low, high in (("-c", args.concurrency, 1, 200), ("-r", args.reps, 1, 100),
-                                   ("--solo-runs", args.solo_runs, 1, 20)):  # fmt: skip
-        if not low <= value <= high:
-            parser.error(f"{name} must be between {low} and {high}")
+    check_ranges(
+        parser, ("-c", args.concurrency, 1, 200), ("-r", args.reps, 1, 100), ("--solo-runs", args.solo_runs, 1, 20)
+    )
     return args
 
 

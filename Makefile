@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install peers run test lint format bench compare system-deps clean
+.PHONY: install peers run test lint format docs bench compare system-deps clean
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -47,6 +47,10 @@ lint: $(VENV)/.dev
 format: $(VENV)/.dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+## docs: regenerate the routes, workloads and flags tables of docs/api.md from the code
+docs: install
+	$(BIN)/python -m scripts.reference
 
 ## bench: the 10-concurrent-requests experiment with siege (ARGS are passed on)
 bench: install

@@ -71,6 +71,8 @@ SOLO_RUNS = Flag("--solo-runs", type=int, default=3, metavar="N")
 WARMUP = Flag("--warmup", type=float, metavar="S")
 OUT = Flag("--out", type=Path, metavar="DIR")
 NO_FILES = Flag("--no-files", action="store_true", help="print the table only")
+ROUNDS = Flag("--rounds", type=int)
+TIMEOUT = Flag("--timeout", type=float, default=60.0, metavar="S")
 
 
 def new_parser(module: str, doc: str | None) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, URL, WORKLOAD, check_ranges, new_parser, run_command
+from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD, check_ranges, new_parser, run_command
 from bench.engine import get, mode_url, with_tag
 from bench.servers import lab_server
 from bench.summary import Column, markdown_table, new_results_dir, percentile, text_table
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     OUT.add(parser, help="folder for the results (default: a new one)")
     NO_FILES.add(parser)
     SERVER_ARGS.add(parser, help="flags for the server started when --url is not given")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S", help="per request (default: 60)")
+    TIMEOUT.add(parser, help="per request (default: 60)")
     return parser
 
 

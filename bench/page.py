@@ -13,6 +13,9 @@ ratios (makespan / ideal) and the CPU figures, and writes page.json under
 bench/results/page-<stamp>/. A page that costs little leaves the two ratios
 alike and its browser's CPU a small fraction of the workers'.
 
+With --screenshot PATH it runs one more page race after the measured rounds
+and saves the page as it looks mid-race (half the requests answered) to PATH.
+
 Needs the dev requirements (Playwright; `make test` installs them) and chromium.
 """
 
@@ -36,7 +39,8 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import CONCURRENCY, NO_FILES, OUT, PARAM, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
+from bench.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
+from bench.optional import DEV_EXTRAS, missing, need_module
 from bench.servers import lab_server
 from bench.summary import Column, new_results_dir, text_table
 from lab import ROOT
@@ -54,6 +58,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 RACE_TIMEOUT_MS = 180_000
+TOOL = "python -m bench.page"
 SAMPLE_EVERY_S = 0.1
 
 COLUMNS = (
@@ -196,8 +201,11 @@ def cli_race(base: str, args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def page_race(page: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """The race from the page: the form filled in and submitted as a person would."""
+def page_race(page: Any, args: argparse.Namespace, screenshot: Path | None = None) -> dict[str, Any]:
+    """The race from the page: the form filled in and submitted as a person would.
+
+    With `screenshot`, the viewport is saved there once half the requests have their bar.
+    """
     page.select_option("#mode", args.mode)
     if MODES[args.mode].runs_workloads:
         page.select_option("#workload", args.workload)
@@ -205,6 +213,10 @@ def page_race(page: Any, args: argparse.Namespace) -> dict[str, Any]:
         page.fill(f"#param-{name}", value)
     page.fill("#concurrency", str(args.concurrency))
     page.click("#run")
+    if screenshot is not None:
+        page.wait_for_selector(f"#timeline .request-bar >> nth={max(0, args.concurrency // 2 - 1)}",
+                               timeout=RACE_TIMEOUT_MS)  # fmt: skip
+        page.screenshot(path=str(screenshot))  # the viewport: form, timeline, ping and GIL tracks
     page.wait_for_selector("#summary[data-ratio]", timeout=RACE_TIMEOUT_MS)
     summary: dict[str, Any] = json.loads(page.get_attribute("#summary", "data-summary") or "{}")
     page.wait_for_selector("#run:not([disabled])", timeout=RACE_TIMEOUT_MS)
@@ -237,6 +249,9 @@ def run(args: argparse.Namespace, base: str, server_pid: int) -> list[dict[str, 
                     summary = page_race(page, args)
                 rows.append(_row(number, "page", summary, used))
                 print(text_table(rows[-1:], COLUMNS).splitlines()[-1], file=sys.stderr)
+            if args.screenshot is not None:  # an extra race, so that taking the picture costs no measured one
+                page_race(page, args, args.screenshot)
+                print(f"wrote {args.screenshot}", file=sys.stderr)
         finally:
             browser.close()
     return rows
@@ -268,15 +283,27 @@ def build_parser() -> argparse.ArgumentParser:
     WORKLOAD.add(parser)
     PARAM.add(parser)
     CONCURRENCY.add(parser)
-    parser.add_argument("--rounds", type=int, default=3, help="command line + page races (default: 3)")
+    ROUNDS.add(parser, default=3, help="command line + page races (default: 3)")
     OUT.add(parser, help="folder for page.json (default: a new one)")
     NO_FILES.add(parser)
     SERVER_ARGS.add(parser, help="flags for the server started here")
+    parser.add_argument("--screenshot", type=Path, metavar="PATH",
+                        help="after the rounds, one more page race, saved to PATH (PNG) mid-race")  # fmt: skip
     return parser
+
+
+def need_extras() -> None:
+    """Playwright and chromium, or one line saying how to install them and exit 2 (nothing started yet)."""
+    need_module("playwright.sync_api", "Playwright (a dev requirement)", DEV_EXTRAS, tool=TOOL)
+    try:
+        chromium_path()
+    except RuntimeError:
+        raise missing("chromium", "sudo apt-get install chromium", tool=TOOL) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    need_extras()
     return run_command(lambda: _measure(args))
 
 

@@ -133,7 +133,7 @@ class _Gate:
             self.opened.set()
 
 
-async def _burst(url: str, target: str, concurrency: int, allowed: float) -> list[tuple[float, float, int]]:
+async def burst(url: str, target: str, concurrency: int, allowed: float) -> list[tuple[float, float, int]]:
     """Open `concurrency` connections, then send every request at once; each one's (sent, received, status).
 
     A request still unanswered `allowed` seconds from now counts as failed.
@@ -158,7 +158,7 @@ def measure(series: Series, level: int, seconds: float, log_dir: Path) -> Point:
         watcher = TreeWatcher(lambda: tree(pid), interval=0.05)
         before = watcher.sample().rss
         with watcher:
-            results = asyncio.run(_burst(server.url, target, level, allowed=level * seconds + 120))
+            results = asyncio.run(burst(server.url, target, level, allowed=level * seconds + 120))
     peaks = watcher.peaks
     ok = [r for r in results if r[2] == 200]
     start, end = min(r[0] for r in results), max(r[1] for r in results)

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# The 10-concurrent-requests experiment with siege, one command (README "Bench").
+# The 10-concurrent-requests experiment with siege, one command (docs/bench.md).
 # Bash starts, drives and stops things; bench/siege_steps.py does the waiting, timing and arithmetic.
 set -euo pipefail
 
+registry_modes() {  # the modes lab/modes.py registers, as "/a, /b, ..."; where to look without a Python
+    local here=${BASH_SOURCE[0]%/*} python
+    [[ $here != "${BASH_SOURCE[0]}" ]] || here=.
+    python=${PYTHON:-$here/../.venv/bin/python}
+    [[ -x $python ]] || python=python3
+    (cd "$here/.." && "$python" -c 'from lab.modes import MODES; print(", ".join("/" + m for m in MODES))' \
+        2>/dev/null) || echo "the modes in lab/modes.py"
+}
+
 usage() {
-    cat <<'EOF'
+    local modes
+    modes=$(registry_modes)
+    sed "s|@MODES@|$modes|" <<'EOF'
 usage: bench/siege.sh [options]
 
-Fire `siege -c 10 -r 1` at every mode the server serves (/blocking, /threading,
-/processing, /async: its /modes) and at a forked server's /blocking and
-/threading, then print one table: elapsed (the makespan),
-mean/shortest/longest response, transactions, failures, the ideal makespan
+Fire `siege -c 10 -r 1` at every mode the server serves, as its /modes lists
+them (the registry, lab/modes.py: @MODES@),
+and at a forked server's /blocking and /threading, then print one table:
+elapsed (the makespan), mean/shortest/longest response, transactions, failures, the ideal makespan
 for this machine, ratio = elapsed / ideal, and the spread: how many requests
 each server process answered (from its /stats before and after).
 

@@ -301,7 +301,7 @@ def modes(args: argparse.Namespace) -> int:
 # The flags several steps take.
 DIR = Flag("--dir", type=Path, required=True)
 BASE = Flag("--base", required=True, help="server base URL")
-TIMEOUT = Flag("--timeout", type=float, default=TIMEOUT_S)
+STEP_TIMEOUT = Flag("--timeout", type=float, default=TIMEOUT_S)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -316,11 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = step("ready", ready, "wait for a server started with setsid; print its base URL")
     sub.add_argument("--log", type=Path, required=True)
     sub.add_argument("--pid", type=int, required=True)
-    TIMEOUT.add(sub, default=180.0)
+    STEP_TIMEOUT.add(sub, default=180.0)
 
     sub = step("modes", modes, "print the modes a server serves, one per line")
     BASE.add(sub)
-    TIMEOUT.add(sub, default=30.0)
+    STEP_TIMEOUT.add(sub, default=30.0)
 
     sub = step("prepare", prepare, "warm up one endpoint and time solo requests")
     BASE.add(sub)
@@ -331,13 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--delay", default="", help="/async upstream delay in seconds")
     SOLO_RUNS.add(sub)
     WARMUP.add(sub, default=3.0, help="seconds of load before the solo runs")
-    TIMEOUT.add(sub)
+    STEP_TIMEOUT.add(sub)
     DIR.add(sub)
 
     sub = step("solo-after", solo_after, "time solo runs again after siege (t: median of all)")
     sub.add_argument("--name", required=True, help="the endpoint prepared before")
     SOLO_RUNS.add(sub)
-    TIMEOUT.add(sub)
+    STEP_TIMEOUT.add(sub)
     DIR.add(sub)
 
     sub = step("report", report, "summary.json, summary.md and the table")

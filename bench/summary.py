@@ -22,7 +22,7 @@ from lab.config import DEFAULT_RESULTS, cpu_count
 
 RESULTS = DEFAULT_RESULTS  # where the server's GET /compare looks too
 
-# summary.json rows carry these keys first (README, "Bench"); extras may follow.
+# summary.json rows carry these keys first (docs/bench.md); extras may follow.
 ROW_KEYS = ("endpoint", "elapsed_s", "mean_s", "shortest_s", "longest_s", "transactions", "failed", "ideal_s", "ratio")
 
 

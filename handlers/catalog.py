@@ -20,13 +20,15 @@ def described() -> list[dict[str, Any]]:
 
 
 class WorkloadsHandler(LabHandler):
+    """Every workload: its params with default, min and max, whether it releases the GIL or only waits."""
+
     def get(self) -> None:
         # A top-level JSON list (RequestHandler.write only serialises dicts).
         self.finish(json.dumps(described()))
 
 
 class ModesHandler(LabHandler):
-    """The mode registry (lab/modes.py): the page and bench/siege.sh take their mode lists from here."""
+    """Every mode (the registry, lab/modes.py): what it does, where its work runs, its own params."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

@@ -89,6 +89,8 @@ def _pools(docs: list[dict[str, Any]]) -> Iterator[Metric]:
 
 
 class MetricsHandler(LabHandler):
+    """Prometheus text format, every forked server process included."""
+
     def get(self) -> None:
         services = self.services
         services.publish()  # our own slot, fresh

@@ -35,6 +35,8 @@ def mode_links() -> str:
 
 
 class PageHandler(LabHandler):
+    """The lab page: pick a mode, a workload and a concurrency, run a race, watch its timeline."""
+
     def get(self) -> None:
         self.set_header("Content-Type", "text/html; charset=UTF-8")
         self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
@@ -42,6 +44,8 @@ class PageHandler(LabHandler):
 
 
 class AssetHandler(LabHandler):
+    """The page's own scripts, stylesheet and icon (nothing comes from another origin)."""
+
     def get(self, name: str) -> None:
         content_type = ASSETS.get(name)
         if content_type is None:

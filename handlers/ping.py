@@ -6,6 +6,8 @@ from handlers.base import LabHandler
 
 
 class PingHandler(LabHandler):
+    """The responsiveness probe: {"pong": true, "pid", "gil"}, this process's GIL meter included."""
+
     def get(self) -> None:
         # With the GIL's contention in this process lately (0-1, None if not measured): the race's GIL track.
         self.write({"pong": True, "pid": self.services.pid, "gil": self.services.gil_contention})

@@ -53,6 +53,8 @@ def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 class StatsHandler(LabHandler):
+    """Per server process and pool: requests, errors, latency, jobs running and waiting, RSS, CPU, GIL."""
+
     def get(self) -> None:
         services = self.services
         services.publish()  # our own slot, fresh

@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dask-scheduler",
         type=_scheduler,
         metavar="tcp://HOST:PORT",
-        help="/distributed runs on this running Dask cluster (see README, 'Past one machine'); default: an "
+        help="/distributed runs on this running Dask cluster (docs/operating.md); default: an "
         "embedded LocalCluster, started on the first /distributed request",
     )
     parser.add_argument(

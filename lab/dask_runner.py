@@ -9,7 +9,7 @@ embedded   (default) a LocalCluster of worker processes, one thread each,
            up, which no other test or mode should pay for) and closed on exit.
            Its scheduler runs inside the server process; no dashboard.
 external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
-           `dask scheduler` and `dask worker` (README, "Past one machine"),
+           `dask scheduler` and `dask worker` (docs/operating.md, "A Dask cluster of your own"),
            connected at start-up. The client ships the `workloads` package to
            its workers, so they need only this project's requirements.
 
@@ -88,7 +88,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 # samples the task's thread every 10 ms and needs the GIL to do it: measured
 # here on a pure-Python loop, it made each run 8-20 % slower. Their GIL meter
 # stays on (Dask's own, with gilknocker): /stats shows each worker's reading.
-# A cluster of your own keeps its own settings (README, "Past one machine").
+# A cluster of your own keeps its own settings (docs/operating.md, "A Dask cluster of your own").
 # (Dotted keys: a nanny merges this over its own config one level deep, then
 # each worker applies it with dask.config.set.)
 EMBEDDED_WORKER_CONFIG = {
@@ -219,7 +219,7 @@ class DaskRunner(PoolRunner):
         except OSError as error:
             return (
                 f"cannot reach the Dask scheduler at {config.dask_scheduler} ({error.strerror or error}): start it "
-                "first (README, 'Past one machine'), or leave out --dask-scheduler for an embedded cluster"
+                "first (docs/operating.md), or leave out --dask-scheduler for an embedded cluster"
             )
         return None
 

@@ -7,16 +7,17 @@ pooled  The default: HTTP/1.1 GETs over connections kept open and reused
         Content-Length or chunked body). A call on a warm connection costs the
         event loop about 0.07 ms of CPU, a fifth of what Tornado's clients cost,
         and with a thousand waits on one loop, CPU per call decides how long
-        the last of them waits (README, "Async at scale").
+        the last of them waits (docs/modes.md, async).
 simple  Tornado's SimpleAsyncHTTPClient, pure Python: a new TCP connection and
         a name lookup (in a thread) per call, as it always sends
-        `Connection: close`. Kept to measure against (bench/scale.py).
+        `Connection: close`. Kept to measure against:
+        `python -m bench.crowd --server-args '--upstream-client simple'`.
 
 Neither queues calls: the pool opens a connection whenever none is idle, and
 the simple client's `max_clients` is far above anything the routes allow.
 Past that limit a client would hold calls back silently, and the upstream
 would look slow. (Tornado's CurlAsyncHTTPClient was measured too: pooled
-connections, but about 0.3 ms of Python per call; README.)
+connections, but about 0.3 ms of Python per call.)
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ export function summaryParagraphs(race, catalog) {
     const even = shares.length === s.processes && Math.max(...shares) - Math.min(...shares) <= 1;
     p.push(`The ${s.processes} server processes answered ${shares.join(" / ")} of the ${s.transactions} requests: `
       + (even ? "an even spread." : "uneven: one child accepted more than its share, and its requests waited for it "
-        + "while another had room (see --accept in the README)."));
+        + "while another had room (see --accept in docs/modes.md)."));
   }
   if (s.ping_count) p.push(pingWords(s, mode, workload));
   const gil = gilWords(s);

@@ -16,6 +16,7 @@ import pytest
 from bench.summary import ROW_KEYS, median
 from lab import ROOT
 from lab.config import cpu_count
+from lab.modes import MODES as REGISTRY
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 
@@ -82,6 +83,8 @@ def test_help_and_bad_options() -> None:
     shown = subprocess.run([SIEGE_SH, "--help"], capture_output=True, text=True, timeout=30, check=False)
     assert shown.returncode == 0
     assert "--url BASE" in shown.stdout and "sudo apt-get install siege" in shown.stdout
+    # Every mode of the registry, not a list kept by hand.
+    assert "lab/modes.py: " + ", ".join(f"/{mode}" for mode in REGISTRY) in shown.stdout
     for bad in (["--bogus"], ["-c", "ten"], ["--url", "localhost:8000"], ["-p", "novalue"]):
         done = subprocess.run([SIEGE_SH, *bad], capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 2, bad

@@ -126,9 +126,8 @@ class CpuMeter:
 def settle(processes: Callable[[], Iterable[psutil.Process]], quiet_s: float = 0.5, timeout: float = 10.0) -> bool:
     """Wait until these processes have been (nearly) idle for `quiet_s`; False if they never were.
 
-    A page just loaded keeps its browser busy for a few seconds more
-    (measured here: 0.7 CPU-seconds in the 3 s after load, nothing after):
-    that is not the cost of the race about to be measured.
+    A page just loaded keeps its browser busy for a few seconds more: that
+    is not the cost of the race about to be measured.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

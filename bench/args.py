@@ -1,10 +1,44 @@
-"""What the bench tools' command lines share: NAME=VALUE params and SIGTERM that unwinds like Ctrl-C."""
+"""What the bench commands share: their common flags, declared once, and how a command's run ends.
+
+A bench command is a module with a `build_parser()` and a `main(argv)`:
+
+    def build_parser() -> argparse.ArgumentParser:
+        parser = new_parser("bench.mine", __doc__)
+        URL.add(parser)
+        SERVER_ARGS.add(parser, help="flags for the server started when --url is not given")
+        PARAM.add(parser, help="workload param, repeatable")
+        CONCURRENCY.add(parser, help="simultaneous requests (default: 10)")
+        parser.add_argument("--mine", ...)  # a flag of its own
+        return parser
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        check_ranges(parser, ("-c", args.concurrency, 1, 200))  # exit 2: "-c must be between 1 and 200"
+        return run_command(lambda: measure(args))  # 0; 1 with `error: ...`; 130 on Ctrl-C or SIGTERM
+
+    def measure(args: argparse.Namespace) -> None:
+        with lab_server(args.url, args.server_args, "mine-") as base:  # bench/servers.py: --url's, or its own
+            ...
+
+A flag two commands take is declared here once (a `Flag`: its names, type,
+default, metavar) and added by each with its own help where its meaning
+differs, so adding it to several commands is a line in each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
+from typing import Any
+
+# What a run reports in one line instead of a traceback: a server that would not start or answer
+# (ServerError, StepError and other RuntimeErrors), a refused or reset connection, a file not written.
+ERRORS = (RuntimeError, OSError)
 
 
 def param_pair(text: str) -> tuple[str, str]:
@@ -15,6 +49,46 @@ def param_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+class Flag:
+    """One flag as several commands take it: its names and argparse settings; each command may add its help."""
+
+    def __init__(self, *names: str, **settings: Any) -> None:
+        self.names = names
+        self.settings = settings
+
+    def add(self, parser: argparse.ArgumentParser, **changes: Any) -> None:
+        """Add the flag to `parser`, with `changes` (help, default...) over its own settings."""
+        parser.add_argument(*self.names, **(self.settings | changes))
+
+
+URL = Flag("--url", help="base URL of a running lab server (default: start one for this run)")
+SERVER_ARGS = Flag("--server-args", default="", metavar="ARGS")
+WORKLOAD = Flag("--workload", default="count")
+PARAM = Flag("--param", "-p", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
+CONCURRENCY = Flag("-c", "--concurrency", type=int, default=10)
+REPS = Flag("-r", "--reps", type=int, default=1)
+SOLO_RUNS = Flag("--solo-runs", type=int, default=3, metavar="N")
+WARMUP = Flag("--warmup", type=float, metavar="S")
+OUT = Flag("--out", type=Path, metavar="DIR")
+NO_FILES = Flag("--no-files", action="store_true", help="print the table only")
+ROUNDS = Flag("--rounds", type=int)
+TIMEOUT = Flag("--timeout", type=float, default=60.0, metavar="S")
+
+
+def new_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """A command's parser: `python -m <module>` in its usage, its module docstring (as written) in its help."""
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def check_ranges(parser: argparse.ArgumentParser, *checks: tuple[str, int, int, int]) -> None:
+    """Each (flag, value, low, high): a value outside its range is a usage error (exit 2) naming the flag."""
+    for name, value, low, high in checks:
+        if not low <= value <= high:
+            parser.error(f"{name} must be between {low} and {high}")
+
+
 def stop_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so a server this run started is stopped on the way out."""
 
@@ -22,3 +96,30 @@ def stop_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, leave)
+
+
+def run_command(
+    work: Callable[[], int | None],
+    *,
+    interrupted: str = "interrupted",
+    on_error: Callable[[str], None] | None = None,
+    sigterm: bool = True,
+) -> int:
+    """Run a command's work; its exit status: what `work` returns (None: 0), 1 after an error, 130 after Ctrl-C.
+
+    An error (ERRORS) is one line on stderr, `error: ...`, which `on_error`
+    sees first; Ctrl-C prints `interrupted` (or the command's own words).
+    With `sigterm`, SIGTERM unwinds like Ctrl-C from here on.
+    """
+    if sigterm:
+        stop_on_sigterm()
+    try:
+        return work() or 0
+    except ERRORS as error:
+        if on_error is not None:
+            on_error(str(error))
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{interrupted}", file=sys.stderr)
+        return 130

@@ -2,8 +2,7 @@
 
 The ideal makespan assumes C cores run C workers each at full speed. A
 virtual machine's cores are often shared with other guests, and two runs at
-once can each take longer than one alone (measured on the lab's machine: 2
-copies at once took up to 1.4-1.5x one alone). C processes (spawned, so no
+once can each take longer than one alone. C processes (spawned, so no
 GIL is shared) wait for a signal; in each round either one of them or all of
 them run the loop, and a round's makespan is timed. Rounds alternate, one
 alone then all together, ROUNDS times, and the median of the pairs' ratios is

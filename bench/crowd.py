@@ -42,9 +42,9 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/crowd.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import stop_on_sigterm
+from bench.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, new_parser, run_command
 from bench.scale import burst
-from bench.servers import SERVING, LocalServer, stop_server, wait_ready
+from bench.servers import SERVING, LocalServer, stop_server, tree, wait_ready
 from bench.summary import Column, machine_facts, median, new_results_dir, text_table
 from lab import ROOT
 
@@ -92,9 +92,8 @@ def tally(results: Sequence[tuple[float, float, int]]) -> dict[str, Any]:
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) used so far by a process and its live descendants."""
-    root = psutil.Process(pid)
     total = 0.0
-    for process in [root, *root.children(recursive=True)]:
+    for process in tree(pid):
         try:
             times = process.cpu_times()
         except psutil.Error:
@@ -164,17 +163,14 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.crowd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("-c", "--concurrency", type=int, default=1000, help="requests at once (default: 1000)")
+    parser = new_parser("bench.crowd", __doc__)
+    CONCURRENCY.add(parser, default=1000, help="requests at once (default: 1000)")
     parser.add_argument("--delay", type=float, default=1.0, metavar="S", help="each wait (default: 1.0)")
-    parser.add_argument("--rounds", type=int, default=5, help="measured bursts per side (default: 5)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="a request unanswered S seconds past its wait fails (default: 60)")  # fmt: skip
-    parser.add_argument("--server-args", default="", metavar="ARGS", help="flags for the lab server")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for crowd.json (default: a new one)")
-    parser.add_argument("--no-files", action="store_true", help="print the table only")
+    ROUNDS.add(parser, default=5, help="measured bursts per side (default: 5)")
+    TIMEOUT.add(parser, help="a request unanswered S seconds past its wait fails (default: 60)")
+    SERVER_ARGS.add(parser, help="flags for the lab server")
+    OUT.add(parser, help="folder for crowd.json (default: a new one)")
+    NO_FILES.add(parser)
     return parser
 
 
@@ -184,15 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 1 <= args.concurrency <= 50_000 or not 0 <= args.delay <= 30 or args.rounds < 1:
         parser.error("-c goes from 1 to 50000, --delay from 0 to 30, --rounds from 1")
     ensure_open_files(args.concurrency)
-    stop_on_sigterm()
+    return run_command(lambda: _crowd(args))
+
+
+def _crowd(args: argparse.Namespace) -> None:
+    """The rounds, each row on stderr as it is measured; then the table, the ranges and crowd.json."""
     print(f"{args.concurrency} waits of {args.delay:g} s at once, {args.rounds} rounds per side", file=sys.stderr)
-    try:
-        with tempfile.TemporaryDirectory(prefix="crowd-") as tmp:
-            rows = run(args, Path(tmp), lambda row: print(text_table([row], TABLE).splitlines()[-1], file=sys.stderr))
-    except (RuntimeError, OSError, KeyboardInterrupt) as error:
-        interrupted = isinstance(error, KeyboardInterrupt)
-        print("\ninterrupted" if interrupted else f"error: {error}", file=sys.stderr)
-        return 130 if interrupted else 1
+    with tempfile.TemporaryDirectory(prefix="crowd-") as tmp:
+        rows = run(args, Path(tmp), lambda row: print(text_table([row], TABLE).splitlines()[-1], file=sys.stderr))
     print(text_table(rows, TABLE))
     print()
     lines = summary(rows)
@@ -204,7 +199,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                "summary": lines, "machine": machine_facts(None)}  # fmt: skip
         (out / "crowd.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out / 'crowd.json'}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bench import capacity as machine
-from bench.ideal import ideal_makespan, ideal_words, lanes, reachable_makespan
-from bench.summary import median
+from bench.ideal import lanes
+from bench.race_data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
 from lab import loopback
 from lab.modes import MODES, make_facts
 
@@ -44,94 +42,9 @@ EVENTS = """
 {"event": "ping", "sent", "received", "ms", "status", "gil"}            one per probe (--ping-batch 0)
 {"event": "pings", "count", "failed", "from", "to", "p50_ms", "max_ms",
                    "worst": {"sent", "received", "ms"}, "gil"}          or one per --ping-batch seconds
-{"event": "done", "summary": {...}}                                      see Summary
+{"event": "done", "summary": {...}}                                      see Summary in bench/race_data.py
 {"event": "error", "message"}                                            the race could not run
 """
-
-Event = dict[str, Any]
-
-
-@dataclass
-class Response:
-    index: int
-    sent: float
-    received: float
-    status: int
-    body: Any
-
-    @property
-    def seconds(self) -> float:
-        return self.received - self.sent
-
-
-@dataclass
-class Ping:
-    sent: float
-    received: float
-    ms: float
-    status: int
-    # The answering process's GIL contention lately, as /ping reports it (None: not measured).
-    gil: float | None = None
-
-
-@dataclass
-class Summary:
-    mode: str
-    workload: str
-    concurrency: int
-    solo_s: float
-    elapsed_s: float
-    mean_s: float
-    shortest_s: float
-    longest_s: float
-    transactions: int
-    failed: int
-    ideal_s: float
-    ratio: float
-    cores: int
-    processes: int
-    lanes: int | None
-    worker_pids: list[int] = field(default_factory=list)
-    server_pids: list[int] = field(default_factory=list)
-    # Answered requests per server process (pid as text, JSON's keys): how a forked server spread them.
-    spread: dict[str, int] = field(default_factory=dict)
-    ping_count: int = 0
-    ping_p50_ms: float | None = None
-    ping_p99_ms: float | None = None
-    ping_max_ms: float | None = None
-    # More context for tables and charts; the page reads only what it needs.
-    url: str = ""
-    params: dict[str, str] = field(default_factory=dict)
-    solo_samples_s: list[float] = field(default_factory=list)
-    started_at: float = 0.0
-    p95_s: float = 0.0
-    throughput_rps: float = 0.0
-    reps: int = 1
-    # The ideal in plain words (bench/ideal.py), for the page's summary.
-    ideal_words: str = ""
-    # Noise: (slowest - fastest) / median of the solo runs t comes from.
-    solo_spread: float = 0.0
-    # This machine's parallel capacity (bench/capacity.py), where runs could go at once: how much
-    # longer one of `cores` runs took when all went together, and the ideal that leaves reachable.
-    slowdown: float | None = None
-    reachable_ideal_s: float | None = None
-    reachable_ratio: float | None = None
-    # Computing against waiting: CPU time over run time of the answered runs (1.0: every run
-    # computed all the time it was started; 0.25: it waited three quarters of it, for the GIL or a core).
-    cpu_share: float | None = None
-    # The server's GIL contention as the /ping probes saw it (None where not measured).
-    gil_p50: float | None = None
-    gil_max: float | None = None
-
-
-def spread_of(pids: Sequence[int]) -> dict[str, int]:
-    """How many requests each server process answered, the busiest first."""
-    return {str(pid): count for pid, count in Counter(pids).most_common()}
-
-
-def ran(mode: str, workload: str) -> str:
-    """What a race of `mode` runs, as its envelopes name it (async: "upstream", not the workload)."""
-    return MODES[mode].workload or workload
 
 
 def get(url: str, timeout: float) -> tuple[int, Any, float, float]:
@@ -149,14 +62,6 @@ def get(url: str, timeout: float) -> tuple[int, Any, float, float]:
         return status, json.loads(raw), sent, received
     except ValueError:
         return status, raw.decode(errors="replace"), sent, received
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 def mode_url(base: str, mode: str, workload: str | None, params: dict[str, str]) -> str:
@@ -196,9 +101,8 @@ def warm_up(url: str, concurrency: int, seconds: float, timeout: float) -> int:
     """Send rounds of `concurrency` simultaneous requests for at least `seconds`; how many were sent.
 
     At least one round. Several seconds of load matter on virtual machines
-    whose CPUs speed up under sustained load: measured here, one `count` run
-    took 0.4 s on a CPU idle a moment before and 0.25 s about three seconds
-    into steady load, which would skew `t` and every ratio built on it.
+    whose CPUs speed up under sustained load: solo runs timed on a CPU that
+    was idle a moment before would overstate `t`, and skew every ratio built on it.
     """
     deadline = time.monotonic() + seconds
     sent = 0
@@ -220,105 +124,68 @@ def _check_ok(url: str, timeout: float) -> None:
         print(f"warning: warm-up request {url} answered {status}: {str(body)[:200]}", file=sys.stderr)
 
 
-def race(
-    base: str,
-    mode: str,
-    workload: str,
-    params: dict[str, str],
-    concurrency: int,
-    *,
-    ping_every: float = 0.005,
-    ping_batch: float = 0.0,
-    timeout: float = 300.0,
-    solo_runs: int = 3,
-    reps: int = 1,
-    warmup_s: float = 0.0,
-    measure_capacity: bool = True,
-    on_event: Callable[[Event], None] | None = None,
-    url: str | None = None,
-    server: dict[str, Any] | None = None,
-    solo_after: bool = False,
-) -> tuple[Summary, list[Response], list[Ping]]:
+def race(spec: RaceSpec, on_event: Callable[[Event], None] | None = None) -> tuple[Summary, list[Response], list[Ping]]:
     """Run one race; `on_event` sees every event as it happens (for streaming and progress).
 
-    `concurrency` clients start together; each sends `reps` requests one
-    after another (like siege -c C -r R), so there are concurrency x reps
-    responses, indexed client x reps + rep.
-
+    There are concurrency x reps responses, indexed client x reps + rep.
     Events come from several threads; they are passed to `on_event` one at a
-    time, so a consumer writing lines never interleaves two of them. With
-    `ping_batch` > 0 the probes are reported as one "pings" event per that
-    many seconds (a page drawing them need not see each of hundreds).
-
-    With `solo_after`, `t` is the median of solo runs before the race and as
-    many after it (as bench/siege.sh does): on a host whose speed drifts,
-    runs timed on both sides of the race stand for it better than runs
-    before it alone.
-
-    Another server (bench/compare.py's uWSGI and gunicorn) is raced with its
-    own `url` and the `server` facts of the lab mode whose capacity model
-    describes it (e.g. uWSGI's `--processes 2` is "blocking" in 2 processes):
-    it has no /stats to read them from.
+    time, so a consumer writing lines never interleaves two of them.
     """
     emit = _serialised(on_event)
-    base = base.rstrip("/")
-    given = server
-    server = given or server_facts(base, timeout)
-    url = url or mode_url(base, mode, workload, params)
-    if warmup_s > 0:
-        warm_up(url, int(server["cpu_count"]), warmup_s, timeout)
-    # The median of a few: one solo run is often slowed by something else.
-    samples, _ = solo_samples(url, max(1, solo_runs), timeout)
-    solo_s = median(samples)
-    # Once more, as the race will find it: the first request may have started
-    # what the mode runs on (the embedded Dask cluster starts on first use).
-    server = given or server_facts(base, timeout)
-    name = ran(mode, workload)
-    able = lanes(mode, name, server)
-    # Only where runs could go at once does the machine's parallel capacity matter.
-    capacity = None
-    if measure_capacity and able is not None and able > 1 and not server["waits"].get(name, False):
-        capacity = machine.measure(int(server["cpu_count"]))
-    emit(
-        {
-            "event": "race",
-            "url": url,
-            "mode": mode,
-            "workload": ran(mode, workload),  # as its envelopes say
-            "params": params,
-            "concurrency": concurrency,
-            "solo_s": solo_s,
-            "server": server,
-            "solo_samples_s": samples,
-            "solo_runs": len(samples),
-            "reps": reps,
-            "capacity": None if capacity is None else {**asdict(capacity), "effective_cores": capacity.effective_cores},
-        }
-    )
-
-    responses, pings = _fire(
-        base, url, concurrency, reps, ping_every=ping_every, ping_batch=ping_batch, timeout=timeout, emit=emit
-    )
-    if solo_after:
-        after, _ = solo_samples(url, max(1, solo_runs), timeout)
-        samples = samples + after
-        solo_s = median(samples)
-    summary = summarise(
-        mode=mode,
-        workload=workload,
-        concurrency=concurrency,
-        solo_s=solo_s,
-        server=server,
-        responses=responses,
-        pings=pings,
-        url=url,
-        params=params,
-        solo_samples_s=samples,
-        reps=reps,
-        capacity=capacity,
-    )
+    spec = replace(spec, base=spec.base.rstrip("/"))
+    url = spec.url or mode_url(spec.base, spec.mode, spec.workload, spec.params)
+    solo = time_solo_runs(spec, url)
+    capacity = parallel_capacity(spec, solo.server)
+    emit(race_event(spec, url, solo, capacity))
+    responses, pings = _fire(spec, url, emit)
+    if spec.solo_after:
+        solo = time_solo_runs_again(spec, url, solo)
+    summary = summarise(spec, solo, capacity, responses, pings, url=url)
     emit({"event": "done", "summary": asdict(summary)})
     return summary, sorted(responses, key=lambda r: r.index), pings
+
+
+def time_solo_runs(spec: RaceSpec, url: str) -> Solo:
+    """Warm the endpoint up (with `warmup_s`), time the solo runs t comes from, read the server's facts."""
+    server = spec.server or server_facts(spec.base, spec.timeout)
+    if spec.warmup_s > 0:
+        warm_up(url, int(server["cpu_count"]), spec.warmup_s, spec.timeout)
+    samples, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout)
+    # Once more, as the race will find it: the first request may have started
+    # what the mode runs on (the embedded Dask cluster starts on first use).
+    return Solo(samples, spec.server or server_facts(spec.base, spec.timeout))
+
+
+def time_solo_runs_again(spec: RaceSpec, url: str, before: Solo) -> Solo:
+    """As many solo runs after the race: t becomes the median of the runs on both sides of it."""
+    after, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout)
+    return Solo(before.samples + after, before.server)
+
+
+def parallel_capacity(spec: RaceSpec, server: dict[str, Any]) -> machine.Capacity | None:
+    """This machine's parallel capacity, measured where the race's runs could go at once (else None)."""
+    able = lanes(spec.mode, spec.ran, server)
+    if spec.measure_capacity and able is not None and able > 1 and not server["waits"].get(spec.ran, False):
+        return machine.measure(int(server["cpu_count"]))
+    return None
+
+
+def race_event(spec: RaceSpec, url: str, solo: Solo, capacity: machine.Capacity | None) -> Event:
+    """The "race" event: what is about to be raced, t, the server's facts, the machine's capacity."""
+    return {
+        "event": "race",
+        "url": url,
+        "mode": spec.mode,
+        "workload": spec.ran,  # as its envelopes say
+        "params": spec.params,
+        "concurrency": spec.concurrency,
+        "solo_s": solo.seconds,
+        "server": solo.server,
+        "solo_samples_s": solo.samples,
+        "solo_runs": len(solo.samples),
+        "reps": spec.reps,
+        "capacity": None if capacity is None else {**asdict(capacity), "effective_cores": capacity.effective_cores},
+    }
 
 
 def _serialised(on_event: Callable[[Event], None] | None) -> Callable[[Event], None]:
@@ -333,164 +200,82 @@ def _serialised(on_event: Callable[[Event], None] | None) -> Callable[[Event], N
     return emit
 
 
-def ping_batch_event(batch: Sequence[Ping]) -> Event:
-    """Several probes as one event: how many, how long they waited (median, worst), the GIL lately."""
-    answered = [p for p in batch if p.status == 200]
-    worst = max(answered, key=lambda p: p.ms, default=None)
-    gils = [p.gil for p in answered if p.gil is not None]
-    return {
-        "event": "pings",
-        "count": len(batch),
-        "failed": len(batch) - len(answered),
-        "from": batch[0].sent,
-        "to": batch[-1].received,
-        "p50_ms": percentile([p.ms for p in answered], 0.5),
-        "max_ms": worst.ms if worst else None,
-        "worst": {"sent": worst.sent, "received": worst.received, "ms": worst.ms} if worst else None,
-        "gil": max(gils) if gils else None,
-    }
-
-
-def _fire(
-    base: str,
-    url: str,
-    concurrency: int,
-    reps: int,
-    *,
-    ping_every: float,
-    ping_batch: float,
-    timeout: float,
-    emit: Callable[[Event], None],
-) -> tuple[list[Response], list[Ping]]:
+def _fire(spec: RaceSpec, url: str, emit: Callable[[Event], None]) -> tuple[list[Response], list[Ping]]:
     """Release `concurrency` clients together while probing /ping; every response and ping."""
-    pings: list[Ping] = []
-    stop_probe = threading.Event()
-
-    def probe() -> None:
-        batch: list[Ping] = []
-        while not stop_probe.is_set():
-            code, body, p_sent, p_received = get(f"{base}/ping", timeout)
-            gil = body.get("gil") if isinstance(body, dict) else None
-            ping = Ping(p_sent, p_received, round((p_received - p_sent) * 1000, 3), code, gil)
-            pings.append(ping)
-            if ping_batch <= 0:
-                emit({"event": "ping", **asdict(ping)})
-            else:
-                batch.append(ping)
-                if ping.received - batch[0].sent >= ping_batch:
-                    emit(ping_batch_event(batch))
-                    batch = []
-            stop_probe.wait(ping_every)
-        if batch:
-            emit(ping_batch_event(batch))
-
-    barrier = threading.Barrier(concurrency)
-    responses: list[Response] = []
-    lock = threading.Lock()
-
-    failures: list[BaseException] = []
-
-    def client(number: int) -> None:
-        try:
-            barrier.wait()
-            for rep in range(reps):
-                index = number * reps + rep
-                code, reply, r_sent, r_received = get(with_tag(url, str(index)), timeout)
-                response = Response(index, r_sent, r_received, code, reply)
-                with lock:
-                    responses.append(response)
-                emit({"event": "response", **asdict(response)})
-        except BaseException as error:  # handed to the main thread, raised there
-            failures.append(error)
-            barrier.abort()
-
+    burst = _Burst(spec, url, emit)
+    probe = _Probe(spec, emit)
     # Daemon threads, joined one by one: an interrupted race (Ctrl-C) ends at
     # once instead of waiting for answers nobody wants any more.
-    prober = threading.Thread(target=probe, name="ping-probe", daemon=True)
-    clients = [threading.Thread(target=client, args=(n,), name=f"race-{n}", daemon=True) for n in range(concurrency)]
+    prober = threading.Thread(target=probe.run, name="ping-probe", daemon=True)
+    clients = [
+        threading.Thread(target=burst.client, args=(n,), name=f"race-{n}", daemon=True) for n in range(spec.concurrency)
+    ]
     prober.start()
     for thread in clients:
         thread.start()
     for thread in clients:
         thread.join()
-    stop_probe.set()
-    if failures:
-        raise failures[0]
-    prober.join(timeout)
-    return responses, pings
+    probe.stop.set()
+    if burst.failures:
+        raise burst.failures[0]
+    prober.join(spec.timeout)
+    return burst.responses, probe.pings
 
 
-def summarise(
-    *,
-    mode: str,
-    workload: str,
-    concurrency: int,
-    solo_s: float,
-    server: dict[str, Any],
-    responses: list[Response],
-    pings: list[Ping],
-    url: str = "",
-    params: dict[str, str] | None = None,
-    solo_samples_s: list[float] | None = None,
-    reps: int = 1,
-    capacity: machine.Capacity | None = None,
-) -> Summary:
-    ok = [r for r in responses if r.status == 200]
-    seconds = [r.seconds for r in responses]
-    start = min(r.sent for r in responses)
-    end = max(r.received for r in responses)
-    name = ran(mode, workload)
-    ideal = ideal_makespan(mode, name, server, solo_s, concurrency, reps=reps)
-    able = lanes(mode, name, server)
-    if capacity is not None:
-        reachable: float | None = reachable_makespan(
-            mode, name, server, solo_s, concurrency, at_once=capacity.at_once, reps=reps
-        )
-    elif able is None or able < 2 or server.get("waits", {}).get(name, False):
-        reachable = ideal  # no runs compete for cores: what the machine gives parallel work does not matter
-    else:
-        reachable = None  # not measured (--no-capacity)
-    ping_ms = [p.ms for p in pings if p.status == 200]
-    gils = [p.gil for p in pings if p.status == 200 and p.gil is not None]
-    timings = [r.body["timing"] for r in ok if isinstance(r.body, dict) and "timing" in r.body]
-    cpu = [(t["cpu_ms"], t["run_ms"]) for t in timings if t.get("cpu_ms") is not None]
-    samples = solo_samples_s or []
-    return Summary(
-        mode=mode,
-        workload=name,
-        concurrency=concurrency,
-        solo_s=round(solo_s, 4),
-        elapsed_s=round(end - start, 4),
-        mean_s=round(sum(seconds) / len(seconds), 4),
-        shortest_s=round(min(seconds), 4),
-        longest_s=round(max(seconds), 4),
-        transactions=len(ok),
-        failed=len(responses) - len(ok),
-        ideal_s=round(ideal, 4),
-        ratio=round((end - start) / ideal, 3) if ideal > 0 else float("nan"),
-        cores=int(server["cpu_count"]),
-        processes=int(server.get("processes", 1)),
-        lanes=able,
-        ideal_words=ideal_words(mode, name, server, solo_s, concurrency, reps=reps),
-        worker_pids=sorted({r.body["worker"]["pid"] for r in ok if isinstance(r.body, dict)}),
-        server_pids=sorted({r.body["server"]["pid"] for r in ok if isinstance(r.body, dict)}),
-        spread=spread_of([r.body["server"]["pid"] for r in ok if isinstance(r.body, dict)]),
-        ping_count=len(pings),
-        ping_p50_ms=percentile(ping_ms, 0.5),
-        ping_p99_ms=percentile(ping_ms, 0.99),
-        ping_max_ms=max(ping_ms) if ping_ms else None,
-        url=url,
-        params=dict(params or {}),
-        solo_samples_s=[round(s, 4) for s in solo_samples_s or []],
-        started_at=start,
-        p95_s=round(percentile(seconds, 0.95) or 0.0, 4),
-        throughput_rps=round(len(ok) / (end - start), 3) if end > start else 0.0,
-        reps=reps,
-        solo_spread=round((max(samples) - min(samples)) / median(samples), 3) if samples else 0.0,
-        slowdown=None if capacity is None else capacity.slowdown,
-        reachable_ideal_s=None if reachable is None else round(reachable, 4),
-        reachable_ratio=round((end - start) / reachable, 3) if reachable else None,
-        cpu_share=round(sum(c for c, _ in cpu) / sum(r for _, r in cpu), 3) if cpu and sum(r for _, r in cpu) else None,
-        gil_p50=percentile(gils, 0.5),
-        gil_max=max(gils) if gils else None,
-    )
+@dataclass
+class _Burst:
+    """The race's clients: a barrier releases them together; each sends `reps` requests in a row."""
+
+    spec: RaceSpec
+    url: str
+    emit: Callable[[Event], None]
+    responses: list[Response] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.barrier = threading.Barrier(self.spec.concurrency)
+        self.lock = threading.Lock()
+
+    def client(self, number: int) -> None:
+        reps = self.spec.reps
+        try:
+            self.barrier.wait()
+            for rep in range(reps):
+                index = number * reps + rep
+                code, reply, sent, received = get(with_tag(self.url, str(index)), self.spec.timeout)
+                response = Response(index, sent, received, code, reply)
+                with self.lock:
+                    self.responses.append(response)
+                self.emit({"event": "response", **asdict(response)})
+        except BaseException as error:  # handed to the main thread, raised there
+            self.failures.append(error)
+            self.barrier.abort()
+
+
+@dataclass
+class _Probe:
+    """GET /ping every `ping_every` seconds until `stop`: each probe kept, and emitted alone or in batches."""
+
+    spec: RaceSpec
+    emit: Callable[[Event], None]
+    pings: list[Ping] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        every, batching = self.spec.ping_every, self.spec.ping_batch
+        batch: list[Ping] = []
+        while not self.stop.is_set():
+            code, body, sent, received = get(f"{self.spec.base}/ping", self.spec.timeout)
+            gil = body.get("gil") if isinstance(body, dict) else None
+            ping = Ping(sent, received, round((received - sent) * 1000, 3), code, gil)
+            self.pings.append(ping)
+            if batching <= 0:
+                self.emit({"event": "ping", **asdict(ping)})
+            else:
+                batch.append(ping)
+                if ping.received - batch[0].sent >= batching:
+                    self.emit(ping_batch_event(batch))
+                    batch = []
+            self.stop.wait(every)
+        if batch:
+            self.emit(ping_batch_event(batch))

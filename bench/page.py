@@ -39,9 +39,9 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import param_pair, stop_on_sigterm
+from bench.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
 from bench.optional import DEV_EXTRAS, missing, need_module
-from bench.servers import own_server
+from bench.servers import lab_server
 from bench.summary import Column, new_results_dir, text_table
 from lab import ROOT
 from lab.modes import MODES
@@ -126,9 +126,8 @@ class CpuMeter:
 def settle(processes: Callable[[], Iterable[psutil.Process]], quiet_s: float = 0.5, timeout: float = 10.0) -> bool:
     """Wait until these processes have been (nearly) idle for `quiet_s`; False if they never were.
 
-    A page just loaded keeps its browser busy for a few seconds more
-    (measured here: 0.7 CPU-seconds in the 3 s after load, nothing after):
-    that is not the cost of the race about to be measured.
+    A page just loaded keeps its browser busy for a few seconds more: that
+    is not the cost of the race about to be measured.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -277,18 +276,16 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.page", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--url", help="base URL of a running lab server (default: start one for this run)")
+    parser = new_parser("bench.page", __doc__)
+    URL.add(parser)
     parser.add_argument("--mode", choices=list(MODES), default="processing")
-    parser.add_argument("--workload", default="count")
-    parser.add_argument("--param", "-p", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
-    parser.add_argument("-c", "--concurrency", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="command line + page races (default: 3)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="folder for page.json (default: a new one)")
-    parser.add_argument("--no-files", action="store_true", help="print the table only")
-    parser.add_argument("--server-args", default="", metavar="ARGS", help="flags for the server started here")
+    WORKLOAD.add(parser)
+    PARAM.add(parser)
+    CONCURRENCY.add(parser)
+    ROUNDS.add(parser, default=3, help="command line + page races (default: 3)")
+    OUT.add(parser, help="folder for page.json (default: a new one)")
+    NO_FILES.add(parser)
+    SERVER_ARGS.add(parser, help="flags for the server started here")
     parser.add_argument("--screenshot", type=Path, metavar="PATH",
                         help="after the rounds, one more page race, saved to PATH (PNG) mid-race")  # fmt: skip
     return parser
@@ -306,23 +303,12 @@ def need_extras() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     need_extras()
-    stop_on_sigterm()
-    try:
-        with contextlib.ExitStack() as stack:
-            if args.url:
-                base = args.url.rstrip("/")
-                pid = _server_pid(base)
-            else:
-                server = stack.enter_context(own_server(args.server_args, "page-server-"))
-                assert server.process is not None
-                base, pid = server.url, server.process.pid
-            rows = run(args, base, pid)
-    except (RuntimeError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+    return run_command(lambda: _measure(args))
+
+
+def _measure(args: argparse.Namespace) -> None:
+    with lab_server(args.url, args.server_args, "page-server-") as base:
+        rows = run(args, base, _server_pid(base))
     found = verdict(rows)
     print(text_table(rows, COLUMNS))
     print(
@@ -335,7 +321,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "page.json").write_text(json.dumps({"url": base, "verdict": found, "rows": rows}, indent=1) + "\n")
         print(f"wrote {out / 'page.json'}")
-    return 0
 
 
 def _server_pid(base: str) -> int:

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from bench.servers import SERVING, all_serving, stop_server, wait_ready
+from bench.servers import SERVING, TreeWatcher, all_serving, stop_server, tree, wait_ready
 from lab import ROOT, loopback
 from lab.config import cpu_count
 from lab.modes import UPSTREAM_TRAITS, make_facts
@@ -42,8 +41,6 @@ ADDRESS = {
     "uwsgi": re.compile(r"bound to TCP address (\S+)"),
     "gunicorn": re.compile(r"Listening at: (http://\S+)"),
 }
-# Sampling the server's tree costs CPU on the machine being measured: ten times a second is plenty.
-SAMPLE_EVERY_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -97,49 +94,6 @@ def gunicorn(conf: str, config: str, mode: str, workers: int, threads: int = 1, 
 
 
 @dataclass
-class Peaks:
-    """The most the server's process group had at once while a burst ran."""
-
-    processes: int = 0
-    threads: int = 0
-    rss_mb: float = 0.0
-
-
-class Watcher:
-    """Samples a running server's tree between start() and stop(): its peak processes, threads, RSS (MB, summed)."""
-
-    def __init__(self, server: Running) -> None:
-        self.server = server
-        self.peaks = Peaks()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="peaks", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        peaks = self.peaks
-        while not self._stop.is_set():
-            processes = self.server.tree()
-            threads = rss = 0
-            for process in processes:
-                with contextlib.suppress(psutil.Error):
-                    threads += process.num_threads()
-                    rss += process.memory_info().rss
-            peaks.processes = max(peaks.processes, len(processes))
-            peaks.threads = max(peaks.threads, threads)
-            peaks.rss_mb = max(peaks.rss_mb, round(rss / 2**20, 1))
-            self._stop.wait(SAMPLE_EVERY_S)
-
-    def stop(self) -> Peaks:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.peaks
-
-
-@dataclass
 class Running:
     setup: Setup
     process: subprocess.Popen[bytes]
@@ -185,10 +139,7 @@ class Running:
 
     def tree(self) -> list[psutil.Process]:
         """The server's process and its descendants (master and workers; forked children and pools)."""
-        with contextlib.suppress(psutil.Error):
-            root = psutil.Process(self.process.pid)
-            return [root, *root.children(recursive=True)]
-        return []
+        return tree(self.process.pid)
 
     def group(self) -> list[psutil.Process]:
         """The server's live processes, its whole session: what must be gone once it is stopped."""
@@ -199,9 +150,9 @@ class Running:
                     found.append(process)
         return found
 
-    def watch(self) -> Watcher:
+    def watch(self) -> TreeWatcher:
         """A sampler of this server's peak processes, threads and RSS, to start and stop around a burst."""
-        return Watcher(self)
+        return TreeWatcher(self.tree)
 
     def stop(self) -> list[int]:
         """Stop the whole group (SIGTERM, then SIGKILL); the pids still alive after that, if any."""

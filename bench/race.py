@@ -29,9 +29,24 @@ if __package__ in (None, ""):  # run as `python bench/race.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import charts
-from bench.args import param_pair, stop_on_sigterm
-from bench.engine import Event, race
-from bench.servers import own_server
+from bench.args import (
+    CONCURRENCY,
+    NO_FILES,
+    OUT,
+    PARAM,
+    REPS,
+    SERVER_ARGS,
+    SOLO_RUNS,
+    URL,
+    WARMUP,
+    WORKLOAD,
+    check_ranges,
+    new_parser,
+    run_command,
+)
+from bench.engine import race
+from bench.race_data import Event, RaceSpec
+from bench.servers import lab_server
 from bench.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
 from lab.modes import MODES
 
@@ -63,25 +78,15 @@ class Progress:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.race", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--url", help="base URL of a running lab server (default: start one for this run)")
+    parser = new_parser("bench.race", __doc__)
+    URL.add(parser)
     parser.add_argument("--mode", choices=list(MODES), default="processing")
     parser.add_argument("--all", action="store_true", help="race every mode, one after another")
-    parser.add_argument("--workload", default="count", help="workload name (ignored by modes that run none: async)")
-    parser.add_argument(
-        "--param",
-        "-p",
-        action="append",
-        type=param_pair,
-        default=[],
-        metavar="NAME=VALUE",
-        help="workload (or, with --mode async, async) param, repeatable: -p n=5000000",
-    )
+    WORKLOAD.add(parser, help="workload name (ignored by modes that run none: async)")
+    PARAM.add(parser, help="workload (or, with --mode async, async) param, repeatable: -p n=5000000")
     parser.add_argument("--delay", type=float, metavar="S", help="/async upstream delay (default: the server's, 1 s)")
-    parser.add_argument("-c", "--concurrency", type=int, default=10, help="simultaneous requests (default: 10)")
-    parser.add_argument("-r", "--reps", type=int, default=1, help="requests per client, one after another (default: 1)")
+    CONCURRENCY.add(parser, help="simultaneous requests (default: 10)")
+    REPS.add(parser, help="requests per client, one after another (default: 1)")
     parser.add_argument("--ping-every", type=float, default=0.005, metavar="S", help="probe interval (default: 0.005)")
     parser.add_argument(
         "--ping-batch",
@@ -97,35 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip measuring this machine's parallel capacity (about a second before each race whose runs "
         "can go at once), and with it the ideal it can reach",
     )
-    parser.add_argument(
-        "--solo-runs",
-        type=int,
-        default=3,
-        metavar="N",
-        help="solo requests whose median is the single-run time t (default: 3)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=float,
+    SOLO_RUNS.add(parser, help="solo requests whose median is the single-run time t (default: 3)")
+    WARMUP.add(
+        parser,
         default=0.0,
-        metavar="S",
         help="before the solo runs, load the endpoint with one request per core for S seconds (default: 0)",
     )
     parser.add_argument("--jsonl", action="store_true", help="stream events as JSON lines on stdout")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="folder for race.json and timeline PNGs (default: bench/results/race-<stamp>/)",
-    )
-    parser.add_argument("--no-files", action="store_true", help="print the table only")
+    OUT.add(parser, help="folder for race.json and timeline PNGs (default: bench/results/race-<stamp>/)")
+    NO_FILES.add(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress ticks on stderr")
-    parser.add_argument(
-        "--server-args",
-        default="",
-        metavar="ARGS",
-        help="flags for the server started when --url is not given, e.g. '--processes 0'",
-    )
+    SERVER_ARGS.add(parser, help="flags for the server started when --url is not given, e.g. '--processes 0'")
     return parser
 
 
@@ -143,20 +130,10 @@ def run_races(args: argparse.Namespace, base: str, on_event: Callable[[Event], N
     """Every requested race, in order; each as {"summary", "responses", "pings"}."""
     results = []
     for mode in list(MODES) if args.all else [args.mode]:
-        summary, responses, pings = race(
-            base,
-            mode,
-            args.workload,
-            race_params(args, mode),
-            args.concurrency,
-            ping_every=args.ping_every,
-            ping_batch=args.ping_batch,
-            measure_capacity=not args.no_capacity,
-            solo_runs=args.solo_runs,
-            reps=args.reps,
-            warmup_s=args.warmup,
-            on_event=on_event,
-        )
+        spec = RaceSpec(base, mode, args.workload, race_params(args, mode), args.concurrency, reps=args.reps,
+                        solo_runs=args.solo_runs, warmup_s=args.warmup, measure_capacity=not args.no_capacity,
+                        ping_every=args.ping_every, ping_batch=args.ping_batch)  # fmt: skip
+        summary, responses, pings = race(spec, on_event)
         results.append({"summary": summary, "responses": responses, "pings": pings})
     return results
 
@@ -183,39 +160,30 @@ def write_files(out: Path, base: str, results: list[dict[str, Any]]) -> list[Pat
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name, value, low, high in (("-c", args.concurrency, 1, 200), ("-r", args.reps, 1, 100),
-                                   ("--solo-runs", args.solo_runs, 1, 20)):  # fmt: skip
-        if not low <= value <= high:
-            parser.error(f"{name} must be between {low} and {high}")
+    check_ranges(
+        parser, ("-c", args.concurrency, 1, 200), ("-r", args.reps, 1, 100), ("--solo-runs", args.solo_runs, 1, 20)
+    )
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    stop_on_sigterm()
+    on_event = _stream if args.jsonl else None if args.quiet else Progress()
+    on_error = (lambda message: _stream({"event": "error", "message": message})) if args.jsonl else None
+    return run_command(lambda: _run(args, on_event), on_error=on_error)
 
-    def stream(event: Event) -> None:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
 
-    on_event = stream if args.jsonl else None if args.quiet else Progress()
-    try:
-        if args.url:
-            results = run_races(args, args.url.rstrip("/"), on_event)
-            base = args.url
-        else:
-            results, base = _with_own_server(args, on_event)
-    except (RuntimeError, OSError) as error:
-        if args.jsonl:
-            stream({"event": "error", "message": str(error)})
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
+def _stream(event: Event) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _run(args: argparse.Namespace, on_event: Callable[[Event], None] | None) -> None:
+    """The races, on --url's server or one started for them; then the table and the files."""
+    with lab_server(args.url, args.server_args, "race-server-", quiet=args.jsonl) as base:
+        results = run_races(args, base, on_event)
     if not args.jsonl or args.out is not None:
-        report(args, base, results)
-    return 0
+        report(args, args.url or base, results)
 
 
 def report(args: argparse.Namespace, base: str, results: list[dict[str, Any]]) -> None:
@@ -226,14 +194,6 @@ def report(args: argparse.Namespace, base: str, results: list[dict[str, Any]]) -
     if not args.no_files:
         for path in write_files(args.out or new_results_dir("race-"), base, results):
             print(f"wrote {path}", file=out)
-
-
-def _with_own_server(
-    args: argparse.Namespace, on_event: Callable[[Event], None] | None
-) -> tuple[list[dict[str, Any]], str]:
-    """Start a server for this run (stopped however the run ends); the races and its URL."""
-    with own_server(args.server_args, "race-server-", quiet=args.jsonl) as server:
-        return run_races(args, server.url, on_event), server.url
 
 
 if __name__ == "__main__":

@@ -31,23 +31,20 @@ import argparse
 import asyncio
 import json
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psutil
-
 if __package__ in (None, ""):  # run as `python bench/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import charts
-from bench.args import stop_on_sigterm
+from bench.args import OUT, new_parser, run_command
 from bench.engine import server_facts
 from bench.ideal import ideal_makespan
-from bench.servers import LocalServer
-from bench.summary import Column, machine_facts, markdown_table, new_results_dir, text_table
+from bench.servers import LocalServer, TreeWatcher, tree
+from bench.summary import Column, columns, machine_facts, markdown_table, new_results_dir, text_table
 from lab.main import raise_fd_limit
 
 SERIES = ("async", "threads", "processes", "per-thread")
@@ -105,45 +102,6 @@ class Point:
     flags: str
 
 
-class TreeSampler:
-    """Peak RSS, threads and processes of a process and its descendants, sampled every `interval` s."""
-
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        self.root = psutil.Process(pid)
-        self.interval = interval
-        self.peak_rss = self.peak_threads = self.peak_processes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
-
-    def sample(self) -> tuple[int, int, int]:
-        rss = threads = count = 0
-        for process in [self.root, *self.root.children(recursive=True)]:
-            try:
-                with process.oneshot():
-                    rss += process.memory_info().rss
-                    threads += process.num_threads()
-                    count += 1
-            except psutil.Error:
-                continue
-        return rss, threads, count
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            rss, threads, count = self.sample()
-            self.peak_rss = max(self.peak_rss, rss)
-            self.peak_threads = max(self.peak_threads, threads)
-            self.peak_processes = max(self.peak_processes, count)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 async def _one(host: str, port: int, target: str, gate: _Gate, deadline: float) -> tuple[float, float, int]:
     """(sent, received, status) of one GET on its own connection, sent when every connection is open."""
     try:
@@ -196,10 +154,12 @@ def measure(series: Series, level: int, seconds: float, log_dir: Path) -> Point:
     with LocalServer(flags, log_dir / f"server-{series.name}-{level}.log") as server:
         facts = server_facts(server.url, 30)
         assert server.process is not None
-        sampler = TreeSampler(server.process.pid)
-        before, _, _ = sampler.sample()
-        with sampler:
+        pid = server.process.pid
+        watcher = TreeWatcher(lambda: tree(pid), interval=0.05)
+        before = watcher.sample().rss
+        with watcher:
             results = asyncio.run(burst(server.url, target, level, allowed=level * seconds + 120))
+    peaks = watcher.peaks
     ok = [r for r in results if r[2] == 200]
     start, end = min(r[0] for r in results), max(r[1] for r in results)
     durations = [r[1] - r[0] for r in results]
@@ -217,26 +177,18 @@ def measure(series: Series, level: int, seconds: float, log_dir: Path) -> Point:
         mean_s=round(sum(durations) / len(durations), 3),
         longest_s=round(max(durations), 3),
         rss_before_mb=round(before / 2**20, 1),
-        rss_peak_mb=round(sampler.peak_rss / 2**20, 1),
-        kb_per_request=round(max(0, sampler.peak_rss - before) / 1024 / level, 1),
-        peak_threads=sampler.peak_threads,
-        peak_processes=sampler.peak_processes,
+        rss_peak_mb=peaks.rss_mb,
+        kb_per_request=round(max(0, peaks.rss - before) / 1024 / level, 1),
+        peak_threads=peaks.threads,
+        peak_processes=peaks.processes,
         flags=" ".join(flags),
     )
 
 
-TABLE = (
-    Column("series", "series", "{}"),
-    Column("concurrency", "concurrency", "{:d}"),
-    Column("elapsed_s", "elapsed s"),
-    Column("ideal_s", "ideal s"),
-    Column("ratio", "ratio"),
-    Column("failed", "failed", "{:d}"),
-    Column("longest_s", "longest s"),
-    Column("kb_per_request", "KB/request", "{:.1f}"),
-    Column("peak_threads", "threads", "{:d}"),
-    Column("peak_processes", "processes", "{:d}"),
-)
+TABLE = columns(
+    "series", "concurrency", "elapsed_s", "ideal_s", "ratio", "failed", "longest_s",
+    Column("kb_per_request", "KB/request", "{:.1f}"), "peak_threads", Column("peak_processes", "processes", "{:d}"),
+)  # fmt: skip
 
 
 def _levels(text: str) -> list[int]:
@@ -258,9 +210,7 @@ def _names(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = new_parser("bench.scale", __doc__)
     parser.add_argument("--levels", type=_levels, default=list(DEFAULT_LEVELS), metavar="N,N",
                         help="concurrency levels (default: 10,100,1000)")  # fmt: skip
     parser.add_argument("--series", type=_names, default=list(SERIES), metavar="NAME,NAME",
@@ -270,37 +220,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--thread-pool", type=int, default=6, metavar="N", help="threads of 'threads' (default: 6)")
     parser.add_argument("--process-pool", type=int, default=2, metavar="N",
                         help="workers of 'processes' (default: 2)")  # fmt: skip
-    parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="results folder (default: bench/results/scale-<stamp>/)"
-    )
+    OUT.add(parser, help="results folder (default: bench/results/scale-<stamp>/)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stop_on_sigterm()
     if not 0 < args.seconds <= 30:
         print("error: --seconds must be above 0 and at most 30", file=sys.stderr)
         return 2
     raise_fd_limit()  # a connection per request, on this side too
     out = args.out or new_results_dir("scale-")
     out.mkdir(parents=True, exist_ok=True)
-    catalog = series_of(args.thread_pool, args.process_pool, max(args.levels))
     points: list[Point] = []
     started = time.monotonic()
-    try:
-        for name in args.series:
-            for level in args.levels:
-                point = measure(catalog[name], level, args.seconds, out)
-                points.append(point)
-                print(f"  {name:<11} {level:>5}: {point.elapsed_s:.2f} s (ideal {point.ideal_s:.2f}), "
-                      f"{point.failed} failed, {point.kb_per_request:.1f} KB/request", file=sys.stderr)  # fmt: skip
-    except (RuntimeError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: no results written", file=sys.stderr)
-        return 130
+    status = run_command(lambda: _measure_all(args, out, points), interrupted="interrupted: no results written")
+    if status:
+        return status
     rows = [asdict(p) for p in points]
     print(text_table(rows, TABLE))
     print(f"\n{_finding(points)} ({time.monotonic() - started:.0f} s in all)")
@@ -311,6 +247,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (out / "scale.json", out / "scale.md", chart):
         print(f"wrote {path}")
     return 0
+
+
+def _measure_all(args: argparse.Namespace, out: Path, points: list[Point]) -> None:
+    """Every level of every series in turn, each point appended to `points` as it is measured."""
+    catalog = series_of(args.thread_pool, args.process_pool, max(args.levels))
+    for name in args.series:
+        for level in args.levels:
+            point = measure(catalog[name], level, args.seconds, out)
+            points.append(point)
+            print(f"  {name:<11} {level:>5}: {point.elapsed_s:.2f} s (ideal {point.ideal_s:.2f}), "
+                  f"{point.failed} failed, {point.kb_per_request:.1f} KB/request", file=sys.stderr)  # fmt: skip
 
 
 def _finding(points: Sequence[Point]) -> str:

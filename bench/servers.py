@@ -11,8 +11,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -25,6 +27,76 @@ SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 
 class ServerError(RuntimeError):
     """The server exited or did not become ready; the message carries its log's tail."""
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """A process and its descendants (a server's forked children, pools, workers); [] once it is gone."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    return []
+
+
+@dataclass
+class Peaks:
+    """The most a process tree had at once while it was watched (RSS summed over it, in bytes)."""
+
+    processes: int = 0
+    threads: int = 0
+    rss: int = 0
+
+    @property
+    def rss_mb(self) -> float:
+        return round(self.rss / 2**20, 1)
+
+
+class TreeWatcher:
+    """Samples a process tree every `interval` seconds between start() and stop(): its peaks.
+
+    Sampling costs CPU on the machine being measured: a few times a second is plenty.
+    """
+
+    def __init__(self, processes: Callable[[], list[psutil.Process]], interval: float = 0.1) -> None:
+        self.processes = processes
+        self.interval = interval
+        self.peaks = Peaks()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> Peaks:
+        """The tree's processes, threads and RSS now."""
+        now = Peaks()
+        for process in self.processes():
+            with contextlib.suppress(psutil.Error), process.oneshot():
+                now.rss += process.memory_info().rss
+                now.threads += process.num_threads()
+                now.processes += 1
+        return now
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tree-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now, peaks = self.sample(), self.peaks
+            peaks.processes = max(peaks.processes, now.processes)
+            peaks.threads = max(peaks.threads, now.threads)
+            peaks.rss = max(peaks.rss, now.rss)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> Peaks:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.peaks
+
+    def __enter__(self) -> TreeWatcher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 def log_tail(log_path: Path, lines: int = 20) -> str:
@@ -126,6 +198,16 @@ def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterato
             print(f"starting a server: server.py {server_args}".rstrip(), file=sys.stderr)
         with LocalServer(shlex.split(server_args), Path(tmp) / "server.log") as server:
             yield server
+
+
+@contextlib.contextmanager
+def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = False) -> Iterator[str]:
+    """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server)."""
+    if url:
+        yield url.rstrip("/")
+        return
+    with own_server(server_args, prefix, quiet=quiet) as server:
+        yield server.url
 
 
 class LocalServer:

@@ -17,17 +17,17 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import param_pair
+from bench.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, new_parser, param_pair, run_command
 from bench.engine import get, mode_url, server_facts, solo_samples, warm_up, with_tag
 from bench.ideal import ideal_makespan, lanes
-from bench.servers import ServerError, wait_ready
+from bench.servers import wait_ready
 from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
 from lab.modes import MODES
 
@@ -162,9 +162,9 @@ def prepare(args: argparse.Namespace) -> int:
 def solo_after(args: argparse.Namespace) -> int:
     """Time solo runs again after siege; t becomes the median of the runs before and after.
 
-    Bracketing the measurement matters on real machines: the same run can take
-    0.4 s on a CPU that has been idle and 0.25 s a few seconds into sustained
-    load, so solo runs taken only before the load overstate t.
+    Bracketing the measurement matters on real machines: a CPU that has been
+    idle runs slower than one a few seconds into sustained load, so solo runs
+    taken only before the load overstate t.
     """
     path = args.dir / f"{args.name}.plan.json"
     plan = json.loads(path.read_text())
@@ -298,78 +298,68 @@ def modes(args: argparse.Namespace) -> int:
     return 0
 
 
+# The flags several steps take.
+DIR = Flag("--dir", type=Path, required=True)
+BASE = Flag("--base", required=True, help="server base URL")
+STEP_TIMEOUT = Flag("--timeout", type=float, default=TIMEOUT_S)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.siege_steps",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = new_parser("bench.siege_steps", __doc__)
     steps = parser.add_subparsers(dest="step", required=True)
 
-    step = steps.add_parser("ready", help="wait for a server started with setsid; print its base URL")
-    step.add_argument("--log", type=Path, required=True)
-    step.add_argument("--pid", type=int, required=True)
-    step.add_argument("--timeout", type=float, default=180.0)
-    step.set_defaults(run=ready)
+    def step(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        sub = steps.add_parser(name, help=help)
+        sub.set_defaults(run=run)
+        return sub
 
-    step = steps.add_parser("modes", help="print the modes a server serves, one per line")
-    step.add_argument("--base", required=True, help="server base URL")
-    step.add_argument("--timeout", type=float, default=30.0)
-    step.set_defaults(run=modes)
+    sub = step("ready", ready, "wait for a server started with setsid; print its base URL")
+    sub.add_argument("--log", type=Path, required=True)
+    sub.add_argument("--pid", type=int, required=True)
+    STEP_TIMEOUT.add(sub, default=180.0)
 
-    step = steps.add_parser("prepare", help="warm up one endpoint and time solo requests")
-    step.add_argument("--base", required=True, help="server base URL")
-    step.add_argument("--name", required=True, help="endpoint name in the table and file names")
-    step.add_argument("--mode", required=True, choices=list(MODES))
-    step.add_argument("--workload", default="", help="workload (default: the route's own)")
-    step.add_argument("-p", "--param", action="append", type=param_pair, default=[], metavar="NAME=VALUE")
-    step.add_argument("--delay", default="", help="/async upstream delay in seconds")
-    step.add_argument("--solo-runs", type=int, default=3)
-    step.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the solo runs")
-    step.add_argument("--timeout", type=float, default=TIMEOUT_S)
-    step.add_argument("--dir", type=Path, required=True)
-    step.set_defaults(run=prepare)
+    sub = step("modes", modes, "print the modes a server serves, one per line")
+    BASE.add(sub)
+    STEP_TIMEOUT.add(sub, default=30.0)
 
-    step = steps.add_parser("solo-after", help="time solo runs again after siege (t: median of all)")
-    step.add_argument("--name", required=True, help="the endpoint prepared before")
-    step.add_argument("--solo-runs", type=int, default=3)
-    step.add_argument("--timeout", type=float, default=TIMEOUT_S)
-    step.add_argument("--dir", type=Path, required=True)
-    step.set_defaults(run=solo_after)
+    sub = step("prepare", prepare, "warm up one endpoint and time solo requests")
+    BASE.add(sub)
+    sub.add_argument("--name", required=True, help="endpoint name in the table and file names")
+    sub.add_argument("--mode", required=True, choices=list(MODES))
+    WORKLOAD.add(sub, default="", help="workload (default: the route's own)")
+    PARAM.add(sub)
+    sub.add_argument("--delay", default="", help="/async upstream delay in seconds")
+    SOLO_RUNS.add(sub)
+    WARMUP.add(sub, default=3.0, help="seconds of load before the solo runs")
+    STEP_TIMEOUT.add(sub)
+    DIR.add(sub)
 
-    step = steps.add_parser("report", help="summary.json, summary.md and the table")
-    step.add_argument("--dir", type=Path, required=True)
-    step.add_argument("-c", "--concurrency", type=int, required=True)
-    step.add_argument("-r", "--reps", type=int, required=True)
-    step.set_defaults(run=report)
+    sub = step("solo-after", solo_after, "time solo runs again after siege (t: median of all)")
+    sub.add_argument("--name", required=True, help="the endpoint prepared before")
+    SOLO_RUNS.add(sub)
+    STEP_TIMEOUT.add(sub)
+    DIR.add(sub)
 
-    step = steps.add_parser("machine", help="machine.json")
-    step.add_argument("--dir", type=Path, required=True)
-    step.add_argument(
-        "--flags",
-        action="append",
-        type=param_pair,
-        default=[],
-        metavar="BASE_URL=FLAGS",
-        help="the flags the server at BASE_URL was started with (repeatable)",
-    )
-    step.add_argument("--argv", default="", help="the bench command line, recorded as is")
-    step.set_defaults(run=machine)
+    sub = step("report", report, "summary.json, summary.md and the table")
+    DIR.add(sub)
+    CONCURRENCY.add(sub, required=True)
+    REPS.add(sub, required=True)
 
-    step = steps.add_parser("siegerc", help="write the rc file siege runs with")
-    step.add_argument("--dir", type=Path, required=True)
-    step.set_defaults(run=siegerc)
+    sub = step("machine", machine, "machine.json")
+    DIR.add(sub)
+    sub.add_argument("--flags", action="append", type=param_pair, default=[], metavar="BASE_URL=FLAGS",
+                     help="the flags the server at BASE_URL was started with (repeatable)")  # fmt: skip
+    sub.add_argument("--argv", default="", help="the bench command line, recorded as is")
+
+    DIR.add(step("siegerc", siegerc, "write the rc file siege runs with"))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        code: int = args.run(args)
-    except (StepError, ServerError, RuntimeError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return code
+    # siege.sh stops a step with SIGTERM when it is itself stopped: the step just goes.
+    run: Callable[[argparse.Namespace], int] = args.run
+    return run_command(lambda: run(args), sigterm=False)
 
 
 if __name__ == "__main__":

@@ -72,13 +72,25 @@ PING_COLUMNS = (
 )
 
 
-# What the race's instruments add (bench/engine.py's Summary): the ratio to the ideal this machine
+# What the race's instruments add (bench/race_data.py's Summary): the ratio to the ideal this machine
 # can reach (its measured parallel capacity), the share of run time spent computing, the GIL meter.
 INSTRUMENT_COLUMNS = (
     Column("reachable_ratio", "reach ratio"),
     Column("cpu_share", "cpu share"),
     Column("gil_max", "GIL max"),
 )
+
+# Columns that mean the same wherever a table shows them, so they read alike: a table names them by key.
+SHARED = {
+    column.key: column
+    for column in (*COLUMNS, SPREAD_COLUMN, *PING_COLUMNS, *INSTRUMENT_COLUMNS,
+                   Column("concurrency", "concurrency", "{:d}"), Column("peak_threads", "threads", "{:d}"))
+}  # fmt: skip
+
+
+def columns(*picks: str | Column) -> tuple[Column, ...]:
+    """A table's columns: a shared one by its key, any other key as text under its own name, or a Column of its own."""
+    return tuple(pick if isinstance(pick, Column) else SHARED.get(pick) or Column(pick, pick, "{}") for pick in picks)
 
 
 def ratio(elapsed_s: float, ideal_s: float) -> float:
@@ -93,6 +105,14 @@ def median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 def text_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = COLUMNS) -> str:

@@ -34,29 +34,23 @@ if __package__ in (None, ""):  # run as `python bench/sweep.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import charts
-from bench.args import param_pair, stop_on_sigterm
-from bench.engine import Event, percentile, race
+from bench.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, new_parser, run_command
+from bench.engine import race
+from bench.race_data import Event, RaceSpec, Response, Summary
 from bench.servers import LocalServer
-from bench.summary import Column, machine_facts, new_results_dir, text_table
+from bench.summary import Column, columns, machine_facts, new_results_dir, percentile, text_table
 
 DEFAULT_PROCESSES = (1, 2, 4)
 DEFAULT_THREADS = (1, 2, 4)
-# Sized so one request takes ~0.15-0.2 s on a current core: the default grid
-# (9 server start-ups and races) stays well under 3 minutes on 2 cores.
+# Sized so one request takes a fraction of a second: the default grid
+# (9 server start-ups and races) stays a matter of minutes on 2 cores.
 DEFAULT_PARAMS = {"count": {"n": "8000000"}}
 
-TABLE = (
-    Column("processes", "processes", "{:d}"),
-    Column("pool_size", "pool", "{:d}"),
-    Column("throughput_rps", "req/s"),
-    Column("p50_s", "p50 s"),
-    Column("p95_s", "p95 s"),
-    Column("elapsed_s", "elapsed s"),
-    Column("ratio", "ratio"),
-    Column("failed", "failed", "{:d}"),
-    Column("cpu_mean_pct", "cpu %", "{:.0f}"),
-    Column("ping_p99_ms", "ping p99 ms", "{:.1f}"),
-)
+TABLE = columns(
+    Column("processes", "processes", "{:d}"), Column("pool_size", "pool", "{:d}"), Column("throughput_rps", "req/s"),
+    Column("p50_s", "p50 s"), Column("p95_s", "p95 s"), "elapsed_s", "ratio", "failed",
+    Column("cpu_mean_pct", "cpu %", "{:.0f}"), "ping_p99_ms",
+)  # fmt: skip
 
 
 class CpuSampler:
@@ -114,26 +108,23 @@ def measure_point(
     log = log_dir / f"server-p{processes}-{mode}{pool_size}-{time.strftime('%H%M%S')}.log"
     try:
         with LocalServer(flags, log) as server:
-            summary, responses, _ = race(
-                server.url,
-                mode,
-                args.workload,
-                args.params,
-                args.concurrency,
-                solo_runs=args.solo_runs,
-                reps=args.reps,
-                warmup_s=args.warmup,
-                measure_capacity=False,  # a sweep ranks throughput, not ratios to an ideal
-                on_event=on_event,
-            )
+            # A sweep ranks throughput, not ratios to an ideal: no capacity measure.
+            spec = RaceSpec(server.url, mode, args.workload, args.params, args.concurrency, reps=args.reps,
+                            solo_runs=args.solo_runs, warmup_s=args.warmup, measure_capacity=False)  # fmt: skip
+            summary, responses, _ = race(spec, on_event)
     finally:
         per_core = sampler.stop()
+    point = {"processes": processes, "pool": pool_flag.removeprefix("--"), "pool_size": pool_size, "mode": mode}
+    measured = _measured(summary, responses, per_core, args)
+    return point | measured | {"flags": " ".join(flags), "native_threads": native_threads}
+
+
+def _measured(
+    summary: Summary, responses: list[Response], per_core: list[float], args: argparse.Namespace
+) -> dict[str, Any]:
+    """A point's load, the race's throughput and latencies, and the CPUs' use meanwhile."""
     seconds = [r.seconds for r in responses if r.status == 200]
-    row: dict[str, Any] = {
-        "processes": processes,
-        "pool": pool_flag.removeprefix("--"),
-        "pool_size": pool_size,
-        "mode": mode,
+    return {
         "workload": args.workload,
         "params": json.dumps(args.params, sort_keys=True),
         "concurrency": args.concurrency,
@@ -155,10 +146,7 @@ def measure_point(
         **{f"cpu{i}_pct": pct for i, pct in enumerate(per_core)},
         "server_pids": len(summary.server_pids),
         "worker_pids": len(summary.worker_pids),
-        "flags": " ".join(flags),
-        "native_threads": native_threads,
     }
-    return row
 
 
 def _brief(row: dict[str, Any]) -> str:
@@ -204,9 +192,7 @@ def _counts(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = new_parser("bench.sweep", __doc__)
     parser.add_argument(
         "--processes",
         type=_counts,
@@ -224,30 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
     pools.add_argument(
         "--process-pool", type=_counts, metavar="N,N", help="process-pool sizes to try, racing /processing"
     )
-    parser.add_argument("--workload", default="count", help="workload to race (default: count)")
-    parser.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        type=param_pair,
-        default=[],
-        metavar="NAME=VALUE",
-        help="workload param, repeatable (default for count: n=8000000)",
-    )
-    parser.add_argument("-c", "--concurrency", type=int, default=10, help="simultaneous clients (default: 10)")
-    parser.add_argument("-r", "--reps", type=int, default=3, help="requests per client, in a row (default: 3)")
-    parser.add_argument("--solo-runs", type=int, default=3, metavar="N", help="solo requests per point (default: 3)")
-    parser.add_argument("--warmup", type=float, default=2.0, metavar="S",
-                        help="seconds of load on each fresh server before anything is timed (default: 2)")  # fmt: skip
-    parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="results folder (default: bench/results/sweep-<stamp>/)"
-    )
+    WORKLOAD.add(parser, help="workload to race (default: count)")
+    PARAM.add(parser, help="workload param, repeatable (default for count: n=8000000)")
+    CONCURRENCY.add(parser, help="simultaneous clients (default: 10)")
+    REPS.add(parser, default=3, help="requests per client, in a row (default: 3)")
+    SOLO_RUNS.add(parser, help="solo requests per point (default: 3)")
+    WARMUP.add(parser, default=2.0, help="seconds of load on each fresh server before anything is timed (default: 2)")
+    OUT.add(parser, help="results folder (default: bench/results/sweep-<stamp>/)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stop_on_sigterm()
     if not 1 <= args.concurrency <= 200 or not 1 <= args.reps <= 100:
         print("error: -c must be between 1 and 200, -r between 1 and 100", file=sys.stderr)
         return 2
@@ -265,19 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"server logs in {out}",
         file=sys.stderr,
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     started = time.monotonic()
-    try:
-        for number, (processes, size) in enumerate(grid, 1):
-            row = measure_point(processes, pool_flag, size, args, out)
-            rows.append(row)
-            print(f"  [{number}/{len(grid)}] {row['flags']}: {_brief(row)}", file=sys.stderr)
-    except (RuntimeError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: no results written", file=sys.stderr)
-        return 130
+    status = run_command(
+        lambda: _sweep(grid, pool_flag, args, out, rows), interrupted="interrupted: no results written"
+    )
+    if status:
+        return status
     best = best_point(rows)
     print(text_table(rows, TABLE))
     print(f"\n{_verdict(best, pool_flag)} ({time.monotonic() - started:.0f} s for the sweep)")
@@ -288,6 +256,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in _write(out, rows, best, pool_flag, args):
         print(f"wrote {path}")
     return 0
+
+
+def _sweep(
+    grid: list[tuple[int, int]], pool_flag: str, args: argparse.Namespace, out: Path, rows: list[dict[str, Any]]
+) -> None:
+    """Measure every point of the grid in turn, its row appended to `rows` as it is measured."""
+    for number, (processes, size) in enumerate(grid, 1):
+        row = measure_point(processes, pool_flag, size, args, out)
+        rows.append(row)
+        print(f"  [{number}/{len(grid)}] {row['flags']}: {_brief(row)}", file=sys.stderr)
 
 
 def _mode(pool_flag: str) -> str:

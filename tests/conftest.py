@@ -21,11 +21,8 @@ StartServer = Callable[..., LabServer]
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """One default server shared by the read-mostly tests (start-up costs seconds)."""
-    lab = LabServer([], tmp_path_factory.mktemp("server") / "server.log")
-    try:
-        yield lab.start()
-    finally:
-        lab.stop()
+    with LabServer([], tmp_path_factory.mktemp("server") / "server.log") as lab:
+        yield lab
 
 
 @pytest.fixture(scope="session")

@@ -222,3 +222,14 @@ class LabServer:
     def stop(self) -> None:
         self.terminate()
         self.cleanup()
+
+    def __enter__(self) -> LabServer:
+        """Started and ready; stopped when the block ends, or here if it never became ready."""
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.capacity import Capacity, measure
-from bench.engine import Ping, ping_batch_event
 from bench.ideal import ideal_makespan, reachable_makespan
+from bench.race_data import Ping, ping_batch_event
 
 FACTS = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "releases_gil": {}, "waits": {}}
 

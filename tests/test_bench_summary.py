@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from bench.engine import mode_url, percentile
+from bench.engine import mode_url
 from bench.ideal import ideal_makespan, lanes
 from bench.siege_steps import StepError, parse_siege, summary_row
-from bench.summary import ROW_KEYS, markdown_table, median, new_results_dir, ratio, text_table
+from bench.summary import ROW_KEYS, markdown_table, median, new_results_dir, percentile, ratio, text_table
 
 
 def facts(cores: int = 2, processes: int = 1, thread_pool: int = 6, process_pool: int = 2) -> dict[str, Any]:

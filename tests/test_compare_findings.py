@@ -1,4 +1,4 @@
-"""bench/compare.py's findings: sentences written from the measured rows, so they must follow the numbers."""
+"""bench/findings.py: the sentences bench/compare.py writes from the measured rows, so they must follow the numbers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bench import compare
+from bench import findings
 
 
 def row(server: str, config: str, elapsed: float, *, workload: str = "count", spread: tuple[int, ...] = (10,),
@@ -23,11 +23,11 @@ def row(server: str, config: str, elapsed: float, *, workload: str = "count", sp
 
 @pytest.fixture(autouse=True)
 def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compare, "cpu_count", lambda: 2)
+    monkeypatch.setattr(findings, "cpu_count", lambda: 2)
 
 
-@pytest.mark.parametrize("finder", [compare._side_by_side_findings, compare._processes_findings,
-                                    compare._grid_findings, compare._coroutine_findings])  # fmt: skip
+@pytest.mark.parametrize("finder", [findings.side_by_side, findings.processes,
+                                    findings.grid, findings.coroutines])  # fmt: skip
 def test_no_rows_no_findings(finder: Any) -> None:
     assert finder([]) == []
 
@@ -35,23 +35,23 @@ def test_no_rows_no_findings(finder: Any) -> None:
 def test_processes_beat_threads_only_when_every_spread_row_was_faster() -> None:
     spread = row("uwsgi", "-p 2", 3.0, spread=(5, 5), ping=2000.0, processes=2)
     single = row("uwsgi", "-p 1 --threads 10", 6.0, ping=5000.0, mode="threading", threads=10)
-    [cpu, _ping] = compare._side_by_side_findings([spread, single])
+    [cpu, _ping] = findings.side_by_side([spread, single])
     assert "beat every one" in cpu and "overlap" not in cpu
     slow = row("lab", "--processes 2 --accept all, /threading", 7.0, spread=(9, 1), mode="threading")
-    [cpu, _ping] = compare._side_by_side_findings([spread, single, slow])
+    [cpu, _ping] = findings.side_by_side([spread, single, slow])
     assert "overlap" in cpu and "beat" not in cpu and "--accept all" in cpu.split("overlap")[1]
 
 
 def test_the_ping_sentence_credits_the_event_loop_only_where_it_hands_work_out() -> None:
     quiet_peer = row("uwsgi", "-p 2", 3.0, spread=(5, 5), ping=40.0, processes=2)
     busy = row("gunicorn", "sync -w 1", 6.0, ping=45.0)
-    [_cpu, ping] = compare._side_by_side_findings([quiet_peer, busy])
+    [_cpu, ping] = findings.side_by_side([quiet_peer, busy])
     assert "40 ms" in ping and "hands the work out" not in ping
     assert "45 ms" not in ping  # within 10x of the calm one: nothing to say about it
     lab = row("lab", "/processing", 3.5, spread=(5, 5), ping=12.0, mode="processing")
     unanswered = row("lab", "/blocking", 7.0, ping=None)
     stuck = row("uwsgi", "-p 1 --threads 10", 7.0, ping=6000.0, mode="threading", threads=10)
-    [_cpu, ping] = compare._side_by_side_findings([quiet_peer, lab, unanswered, stuck])
+    [_cpu, ping] = findings.side_by_side([quiet_peer, lab, unanswered, stuck])
     assert "12 ms at worst on lab /processing, whose event loop only hands the work out" in ping
     assert "6.0 s on uwsgi -p 1 --threads 10" in ping
 
@@ -59,16 +59,16 @@ def test_the_ping_sentence_credits_the_event_loop_only_where_it_hands_work_out()
 def test_waits_held_at_once_are_told_from_waits_taken_in_rounds() -> None:
     rows = [row("lab", "/async", 1.02, workload="upstream", mode="async", ping=5.0),
             row("uwsgi", "-p 1", 10.04, workload="upstream", ping=9000.0)]  # fmt: skip
-    [waiting] = compare._side_by_side_findings(rows)
+    [waiting] = findings.side_by_side(rows)
     assert "lab /async held them all at once" in waiting and "uwsgi -p 1 took 10.04 s (10 rounds)" in waiting
 
 
 def test_processes_finding_follows_the_fastest_count() -> None:
     rows = [row("uwsgi", f"-p {n}", t, processes=n) for n, t in ((1, 6.0), (2, 3.2), (3, 4.0), (4, 4.4))]
-    [found] = compare._processes_findings(rows)
+    [found] = findings.processes(rows)
     assert "-p 1 took 6.00 s and -p 2 3.20 s, 1.88x faster" in found and "take turns" in found
     rows = [row("gunicorn", f"sync -w {n}", t, processes=n) for n, t in ((1, 3.0), (2, 3.3))]
-    [found] = compare._processes_findings(rows)
+    [found] = findings.processes(rows)
     assert "did not help" in found and "faster" not in found and "take turns" not in found
 
 
@@ -82,19 +82,19 @@ def test_grid_advice_comes_from_the_rows() -> None:
     rows = (
         grid(1, 1, 6.0, 10.0, 1.0) + grid(1, 4, 6.2, 3.0, 1.02) + grid(2, 1, 3.1, 5.0, 1.0) + grid(2, 4, 3.3, 2.0, 1.05)
     )
-    found = compare._grid_findings(rows)
+    found = findings.grid(rows)
     assert "the best with 2 took 3.10 s" in found[0]
     assert "the GIL lets one of them compute" in found[1]
     assert found[-1].startswith("So: for computing, 2 processes, one thread each")
     assert "for 10 waits at once" not in found[-1]  # 8 threads in all still took two rounds
     rows += grid(1, 10, 6.1, 1.01, 1.0)
-    assert "for 10 waits at once, 10 threads in all (-p 1 --threads 10)" in compare._grid_findings(rows)[-1]
+    assert "for 10 waits at once, 10 threads in all (-p 1 --threads 10)" in findings.grid(rows)[-1]
 
 
 def test_coroutines_count_the_rounds_threads_need() -> None:
     rows = [row("uwsgi", "-p 1 --gevent 1000", 1.3, workload="upstream", mode="async", concurrency=200),
             row("uwsgi", "-p 1 --threads 10", 20.1, workload="upstream", mode="threading", threads=10,
                 concurrency=200)]  # fmt: skip
-    found = compare._coroutine_findings(rows)
+    found = findings.coroutines(rows)
     assert "uwsgi -p 1 --gevent 1000 held every wait at once" in found[1]
     assert "ceil(200/10) = 20 rounds: 20.10 s (20 measured)" in found[2]

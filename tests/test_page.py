@@ -36,12 +36,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     folder = tmp_path_factory.mktemp("page")
     write_run(folder / "results", "compare-1", [ROW, {**ROW, "server": "lab", "config": "/processing",
                                                       "ratio": 1.02, "spread": {"7": 5, "8": 5}}])  # fmt: skip
-    server = LabServer(["--process-pool", "2", "--thread-pool", "6", "--dask-workers", "2", "--no-access-log",
-                        "--results", str(folder / "results")], folder / "server.log")  # fmt: skip
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with LabServer(["--process-pool", "2", "--thread-pool", "6", "--dask-workers", "2", "--no-access-log",
+                    "--results", str(folder / "results")], folder / "server.log") as server:  # fmt: skip
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +118,21 @@ def screenshot(page: Page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
+def race_count(page: Page, mode: str) -> list[dict[str, str]]:
+    """Ten requests of the same GIL-bound loop in `mode`, raced from the page; the bars it drew."""
+    race(page, mode, "count", {"n": RUN_N}, 10)
+    return bars(page)
+
+
+def done(visit: Visit, name: str) -> None:
+    """The page as the test leaves it, kept as a screenshot; nothing off-origin, no console errors."""
+    screenshot(visit.page, name)
+    visit.assert_clean()
+
+
 def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServer) -> None:
     page = visit.page
-    race(page, "processing", "count", {"n": RUN_N}, 10)
-    drawn = bars(page)
+    drawn = race_count(page, "processing")
     assert len(drawn) == 10
     assert {b["status"] for b in drawn} == {"200"}
     assert {b["thread"] for b in drawn} == {"MainThread"}
@@ -135,14 +143,12 @@ def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServe
     assert "makespan" in summary and "The ideal for this server is" in summary
     assert "own GIL" in summary
     assert page.locator("#ping-track").get_attribute("data-count") != "0"
-    screenshot(page, "processing")
-    visit.assert_clean()
+    done(visit, "processing")
 
 
 def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabServer) -> None:
     page = visit.page
-    race(page, "distributed", "count", {"n": RUN_N}, 10)
-    drawn = bars(page)
+    drawn = race_count(page, "distributed")
     assert {b["status"] for b in drawn} == {"200"}
     pids = {b["pid"] for b in drawn}
     assert len(pids) == 2 and str(lab.pid) not in pids  # the embedded cluster's two workers
@@ -150,8 +156,7 @@ def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabSer
     assert sum(label.startswith("worker 127.0.0.1:") for label in labels) == 2, labels
     summary = page.inner_text("#summary")
     assert "10 distributed requests" in summary and "Dask worker process" in summary
-    screenshot(page, "distributed")
-    visit.assert_clean()
+    done(visit, "distributed")
 
 
 def test_the_page_costs_its_browser_little_cpu_next_to_the_workers_it_watches(visit: Visit, lab: LabServer) -> None:
@@ -179,8 +184,7 @@ def test_the_page_costs_its_browser_little_cpu_next_to_the_workers_it_watches(vi
 
 def test_a_blocking_race_runs_on_the_event_loop_and_stalls_ping(visit: Visit, lab: LabServer) -> None:
     page = visit.page
-    race(page, "blocking", "count", {"n": RUN_N}, 10)
-    drawn = bars(page)
+    drawn = race_count(page, "blocking")
     assert {b["pid"] for b in drawn} == {str(lab.pid)}
     assert {b["thread"] for b in drawn} == {"MainThread"}
     # A probe sent while a run holds the loop waits for (the rest of) that run: the wall.
@@ -188,19 +192,16 @@ def test_a_blocking_race_runs_on_the_event_loop_and_stalls_ping(visit: Visit, la
     shortest_run = min(float(b["run_ms"]) for b in drawn)
     assert max_ms >= shortest_run / 2, (max_ms, shortest_run)
     assert "one after another" in page.inner_text("#summary")
-    screenshot(page, "blocking")
-    visit.assert_clean()
+    done(visit, "blocking")
 
 
 def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> None:
     page = visit.page
-    race(page, "threading", "count", {"n": RUN_N}, 10)
-    drawn = bars(page)
+    drawn = race_count(page, "threading")
     assert {b["pid"] for b in drawn} == {str(lab.pid)}
     assert len({b["thread"] for b in drawn}) >= 2
     assert "holds the GIL" in page.inner_text("#summary")
-    screenshot(page, "threading")
-    visit.assert_clean()
+    done(visit, "threading")
 
 
 def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
@@ -217,8 +218,7 @@ def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
     assert [row.split()[0] for row in rows] == ["blocking", "threading", "processing", "distributed", "async"]
     assert all("×" in row for row in rows), rows
     assert page.locator("#thumbnails svg").count() == 5
-    screenshot(page, "compare")
-    visit.assert_clean()
+    done(visit, "compare")
 
 
 def test_the_peers_view_shows_the_latest_comparison(visit: Visit) -> None:
@@ -228,8 +228,7 @@ def test_the_peers_view_shows_the_latest_comparison(visit: Visit) -> None:
     assert page.locator("#peers-view .peers-chart .bar").count() == 2
     assert page.inner_text("#peers-view .findings") == "compare-1 found"
     assert "bench/results/compare-1" in page.inner_text("#peers-status")
-    screenshot(page, "peers")
-    visit.assert_clean()
+    done(visit, "peers")
 
 
 def test_stop_kills_the_load_generator(visit: Visit, lab: LabServer) -> None:

@@ -56,9 +56,15 @@ LOGGING = {"distributed": "warning", "tornado": "notset", "tornado.application":
 # its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
 # keys: a nanny merges this over its own config one level deep, then each
 # worker applies it with dask.config.set.)
+# The embedded workers share the terminal's process group, so a Ctrl-C reaches
+# them too and each printed a KeyboardInterrupt traceback; the server stops
+# them itself (through their nannies), so they ignore SIGINT. A preload given
+# as code (it has a space) runs in each worker process as it starts.
+IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
 EMBEDDED_WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.gil.enabled": True,
+    "distributed.worker.preload": [IGNORE_SIGINT],
 }
 
 # How often the scheduler is asked which workers it has.

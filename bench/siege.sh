@@ -182,9 +182,11 @@ start_server() {  # NAME FLAGS...: sets SERVER_PID
 }
 
 server_url() {  # NAME PID: wait until every process of the server serves; sets SERVER_URL
-    # Not $(...): a signal would wait for the subshell; a file keeps the wait interruptible.
+    # Not $(...), here or below: bash runs it in a subshell it waits for in the
+    # foreground, and a Ctrl-C arriving then made the script exit 0 instead of
+    # 130; a file read by the `read` builtin keeps every wait interruptible.
     step ready --log "$OUT/server-$1.log" --pid "$2" >"$OUT/.step"
-    SERVER_URL=$(<"$OUT/.step")
+    read -r SERVER_URL <"$OUT/.step"
 }
 
 if [[ -z $URL ]]; then
@@ -216,7 +218,7 @@ bench_endpoint() {  # NAME BASE MODE
     if [[ -n $DELAY ]]; then args+=(--delay "$DELAY"); fi
     echo "$name: ${WARMUP} s warm-up and $SOLO_RUNS solo requests ..." >&2
     step prepare "${args[@]}" >"$OUT/.step"
-    url=$(<"$OUT/.step")
+    read -r url <"$OUT/.step"
     echo "$name: siege -c $CONCURRENCY -r $REPS $url" >&2
     run siege -R "$OUT/siegerc" --json-output --no-parser --benchmark -c "$CONCURRENCY" -r "$REPS" "$url" \
         >"$OUT/$name.siege.json" 2>"$OUT/$name.siege.stderr" || rc=$?

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from handlers.base import LabHandler
-from lab.gil import gil_enabled
 from lab.modes import MODES
+from workloads.clocks import gil_enabled
 from workloads.registry import WORKLOADS
 
 

@@ -10,6 +10,10 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else _ms(seconds)
+
+
 def envelope(
     *,
     mode: str,
@@ -24,6 +28,8 @@ def envelope(
     started: float,
     finished: float,
     cpu: float | None,
+    core_wait: float | None,
+    gil_wait: float | None,
     worker_address: str | None = None,
 ) -> dict[str, Any]:
     """`server` handled the HTTP request; `worker` is where the work ran.
@@ -31,8 +37,10 @@ def envelope(
     `started`/`finished` come from the worker itself, so `queued_ms` is the
     real wait for a pool (or for the event loop) and `run_ms` the real run.
     `cpu_ms` is the CPU time the run used where it ran (None where nothing
-    ran: /async only waits); run_ms - cpu_ms is time it was started but not
-    running, waiting for the GIL or for a core. A cluster worker
+    ran: /async only waits); the rest of run_ms it was started but not
+    running: `core_wait_ms` waiting for a core (the kernel's run queue) and
+    `gil_wait_ms` the rest, on a thread of a process with a GIL: the GIL
+    (workloads/clocks.py; None where it cannot be told). A cluster worker
     (distributed mode) also has an address.
     """
     responded = time.time()
@@ -52,7 +60,9 @@ def envelope(
             "finished": finished,
             "queued_ms": _ms(started - received),
             "run_ms": _ms(finished - started),
-            "cpu_ms": None if cpu is None else _ms(cpu),
+            "cpu_ms": _ms_or_none(cpu),
+            "core_wait_ms": _ms_or_none(core_wait),
+            "gil_wait_ms": _ms_or_none(gil_wait),
             "total_ms": _ms(responded - received),
         },
     }

@@ -9,6 +9,7 @@ lab_request_seconds{mode}                a histogram: arrival to answer
 lab_pool_jobs{pool,state}                jobs running / waiting now (a gauge)
 lab_pool_outcomes_total{pool,outcome}    jobs submitted, rejected, timed out, cancelled, broken
 lab_gil_contention{task_id}              each server process's GIL meter, 0-1 (task_id 0 when not forked)
+lab_core_wait{task_id}                   each server process's core meter: run-queue share, 0-1
 lab_server_processes                     server processes reporting
 """
 
@@ -38,14 +39,18 @@ class BoardCollector(Collector):
         docs = self.docs()
         yield from _requests(docs)
         yield from _pools(docs)
-        gil = GaugeMetricFamily(
-            "lab_gil_contention", "Each server process's GIL contention lately, 0-1 (gilknocker)", labels=["task_id"]
-        )
-        for doc in docs:
-            if doc.get("gil_contention") is not None:
-                gil.add_metric([str(doc["task_id"] or 0)], doc["gil_contention"])
-        yield gil
+        yield _per_process(docs, "gil_contention", "Each server process's GIL contention lately, 0-1 (gilknocker)")
+        yield _per_process(docs, "core_wait", "Each server process's threads' run-queue share lately, 0-1")
         yield GaugeMetricFamily("lab_server_processes", "Server processes reporting on the board", value=len(docs))
+
+
+def _per_process(docs: list[dict[str, Any]], key: str, about: str) -> Metric:
+    """A gauge of one meter, one sample per server process that reads it."""
+    gauge = GaugeMetricFamily(f"lab_{key}", about, labels=["task_id"])
+    for doc in docs:
+        if doc.get(key) is not None:
+            gauge.add_metric([str(doc["task_id"] or 0)], doc[key])
+    return gauge
 
 
 def _requests(docs: list[dict[str, Any]]) -> Iterator[Metric]:

@@ -6,11 +6,13 @@ from handlers.base import LabHandler
 
 
 class PingHandler(LabHandler):
-    """The responsiveness probe: {"pong": true, "pid", "gil"}, this process's GIL meter included."""
+    """The responsiveness probe: {"pong": true, "pid", "gil", "core_wait"}, this process's meters included."""
 
     def get(self) -> None:
-        # With the GIL's contention in this process lately (0-1, None if not measured): the race's GIL track.
-        self.write({"pong": True, "pid": self.services.pid, "gil": self.services.gil_contention})
+        # With this process's GIL contention and core wait lately (0-1, None if not
+        # measured): the race's GIL track, told apart from starved cores.
+        services = self.services
+        self.write({"pong": True, "pid": services.pid, "gil": services.gil_contention, "core_wait": services.core_wait})
 
     # Health checkers send HEAD: the same answer, and Tornado leaves out the body.
     head = get

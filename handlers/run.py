@@ -41,6 +41,8 @@ class RunHandler(LabHandler):
                 started=record["started"],
                 finished=record["finished"],
                 cpu=record["cpu"],
+                core_wait=record["core_wait"],
+                gil_wait=record["gil_wait"],
                 worker_address=record.get("address"),
             )
         )

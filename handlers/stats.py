@@ -46,6 +46,7 @@ def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
         "restarts": doc["restarts"],
         "active_requests": doc["active_requests"],
         "gil_contention": doc.get("gil_contention"),
+        "core_wait": doc.get("core_wait"),
         **_usage(doc["pid"]),
         "requests": summarise(doc["requests"]),
         "pools": pools,
@@ -53,7 +54,7 @@ def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
 
 
 class StatsHandler(LabHandler):
-    """Per server process and pool: requests, errors, latency, jobs running and waiting, RSS, CPU, GIL."""
+    """Per server process and pool: requests, errors, latency, jobs running and waiting, RSS, CPU, GIL, cores."""
 
     def get(self) -> None:
         services = self.services

@@ -7,13 +7,11 @@ embedded one it started); lab/upstream_client.py is how it is called.
 from __future__ import annotations
 
 import asyncio
-import os
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
 from lab.upstream_client import Upstream
-from workloads.registry import RunRecord
+from workloads.registry import RunRecord, waited
 
 if TYPE_CHECKING:
     from lab.config import Config
@@ -46,15 +44,8 @@ class AsyncRunner:
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
         started = time.time()
         replies = await self._fan_out(params["delay"], params["fanout"])
-        return {
-            "result": {"calls": replies},
-            # The waiting happens here, in the server process, on the loop's thread.
-            "pid": os.getpid(),
-            "thread": threading.current_thread().name,
-            "started": started,
-            "finished": time.time(),
-            "cpu": None,  # nothing ran on anyone's behalf: the calls only waited
-        }
+        # The waiting happens here, in the server process, on the loop's thread.
+        return waited({"calls": replies}, started)
 
     async def _fan_out(self, delay: float, fanout: int) -> list[dict[str, Any]]:
         upstream = self._upstream

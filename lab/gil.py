@@ -1,4 +1,4 @@
-"""The GIL meter: how contended this process's GIL is, 0-1, and whether the interpreter has a GIL at all.
+"""The GIL meter: how contended this process's GIL is, 0-1 (whether there is a GIL at all: workloads/clocks.py).
 
 gilknocker runs a thread of its own that, for a few milliseconds at a time,
 keeps asking for the GIL and times how long each ask waits: the share of its
@@ -13,19 +13,13 @@ previous one (the server reads it every 200 ms, lab/services.py).
 
 from __future__ import annotations
 
-import sys
-
 from gilknocker import KnockKnock
+
+from workloads.clocks import gil_enabled
 
 POLL_US = 1_000  # how often the meter's thread asks for the GIL while it samples
 SAMPLE_US = 10_000  # how long it samples at a time
 PAUSE_US = 50_000  # how long it rests between samples
-
-
-def gil_enabled() -> bool:
-    """False on a free-threaded interpreter running without its GIL (Python 3.13t and later)."""
-    check = getattr(sys, "_is_gil_enabled", None)
-    return True if check is None else bool(check())
 
 
 class GilMeter:

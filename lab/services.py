@@ -12,11 +12,13 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from lab.config import Config, cpu_count
-from lab.gil import GilMeter, gil_enabled
+from lab.cores import CoreMeter
+from lab.gil import GilMeter
 from lab.lifecycle import Lifecycle
 from lab.modes import build_runners
 from lab.runners import Runner
 from lab.stats import Board, RequestStats
+from workloads.clocks import gil_enabled
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,10 @@ class Services:
     # This process's GIL contention over the last PUBLISH_EVERY_MS (None: not measured).
     gil: GilMeter = field(default_factory=GilMeter)
     gil_contention: float | None = None
+    # Over the same window, the run-queue share of its threads' runnable time: starved
+    # cores, which the GIL meter alone would read as contention (lab/cores.py).
+    cores: CoreMeter = field(default_factory=CoreMeter)
+    core_wait: float | None = None
     lifecycle: Lifecycle = field(init=False)
     _publisher: PeriodicCallback | None = None
     _published_at: float = 0.0
@@ -105,14 +111,16 @@ class Services:
             "restarts": self.restarts,
             "active_requests": self.lifecycle.active,
             "gil_contention": self.gil_contention,
+            "core_wait": self.core_wait,
             "requests": self.requests.modes,
             "pools": pools,
             "published": time.time(),
         }
 
     def _tick(self) -> None:
-        """Every PUBLISH_EVERY_MS: the GIL meter's reading for the time since the last tick, then publish."""
+        """Every PUBLISH_EVERY_MS: the GIL and core meters' readings for the time since the last tick, then publish."""
         self.gil_contention = self.gil.read()
+        self.core_wait = self.cores.read()
         self.publish()
 
     def publish(self) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 from lab.procs import watch_parent
+from workloads.clocks import PROCESS
 from workloads.registry import RunRecord, run_timed
 
 _started: Connection | None = None
@@ -37,4 +37,4 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
     if _started is not None:
         _started.send((job_id, os.getpid()))
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.
-    return run_timed(name, params, cpu_clock=time.process_time)
+    return run_timed(name, params, PROCESS)

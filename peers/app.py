@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 import urllib.error
 from collections.abc import Callable, Iterable
@@ -31,7 +30,7 @@ from lab import loopback
 from lab.errors import LabError
 from lab.modes import ASYNC_PARAMS
 from workloads.params import FloatParam, ParamError, parse_params
-from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, RunRecord, run_timed, warm_up
+from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, run_timed, waited, warm_up
 
 MODE = "wsgi"
 # The upstream call takes the lab's delay param (fanout is the lab's /async business).
@@ -80,9 +79,7 @@ def run(received: float, name: str, query: dict[str, list[str]]) -> dict[str, An
         params = parse_params("upstream", UPSTREAM_PARAMS, query)
         started = time.time()
         answer = _upstream(params["delay"])
-        # Nothing computed on anyone's behalf: the call only waited (cpu None, as the lab's /async).
-        record: RunRecord = {"result": answer, "pid": os.getpid(), "thread": threading.current_thread().name,
-                             "started": started, "finished": time.time(), "cpu": None}  # fmt: skip
+        record = waited(answer, started)  # as the lab's /async: the call only waited
     else:
         workload = WORKLOADS.get(name)
         if workload is None:
@@ -91,7 +88,8 @@ def run(received: float, name: str, query: dict[str, list[str]]) -> dict[str, An
         record = run_timed(workload.name, params)
     return envelope(mode=MODE, workload=name, params=params, result=record["result"], server_pid=os.getpid(),
                     task_id=worker_id(), worker_pid=record["pid"], worker_thread=record["thread"], received=received,
-                    started=record["started"], finished=record["finished"], cpu=record["cpu"])  # fmt: skip
+                    started=record["started"], finished=record["finished"], cpu=record["cpu"],
+                    core_wait=record["core_wait"], gil_wait=record["gil_wait"])  # fmt: skip
 
 
 def _error(start_response: StartResponse, status: int, message: str) -> list[bytes]:

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lab.gil import GilMeter, gil_enabled
+from lab.gil import GilMeter
 from lab.modes import MODES
 from tests.lab_server import LabServer, copies, get
+from workloads.clocks import gil_enabled
 
 
 def readings_during(server: LabServer, path: str, threads: int = 2) -> list[float]:

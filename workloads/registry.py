@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from workloads import cpu, io, ml, numeric
+from workloads.clocks import THREAD, Clocks, split
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
 
 
@@ -109,24 +110,32 @@ class RunRecord(TypedDict):
     finished: float
     # CPU seconds the run took where it ran (its thread's, or its process's); None where nothing ran.
     cpu: float | None
+    # Seconds it was runnable but had no core (schedstat's run queue); None where not measured.
+    core_wait: float | None
+    # Seconds it was neither computing nor waiting for a core, on a thread of a
+    # process with a GIL: waiting for the GIL (workloads/clocks.py); None where not told.
+    gil_wait: float | None
     # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
     address: NotRequired[str]
 
 
-def run_timed(name: str, params: dict[str, Any], cpu_clock: Callable[[], float] = time.thread_time) -> RunRecord:
+def run_timed(name: str, params: dict[str, Any], clocks: Clocks = THREAD) -> RunRecord:
     """Run workload `name`, timing it where it runs: in the worker, not the caller.
 
-    Wall time and CPU time both: the difference is time the run was started
-    but not running (waiting for the GIL, or for a core). `cpu_clock` is the
-    thread's by default (threads share their process); a process that runs
-    one job at a time passes time.process_time, so that BLAS threads count too.
+    Wall time, CPU time and run-queue time: the rest of the wall time the run
+    was blocked, which for pure-Python code on a thread is the GIL. The clocks
+    are the thread's by default (threads share their process); a process that
+    runs one job at a time passes PROCESS, so that BLAS threads count too.
     """
-    func = WORKLOADS[name].func
-    cpu = cpu_clock()
+    workload = WORKLOADS[name]
+    queued = clocks.core_wait()
+    cpu = clocks.cpu()
     started = time.time()
-    result = func(**params)
+    result = workload.func(**params)
     finished = time.time()
-    cpu = cpu_clock() - cpu
+    cpu = clocks.cpu() - cpu
+    after = clocks.core_wait()
+    core_wait = None if queued is None or after is None else max(0.0, after - queued)
     return {
         "result": result,
         "pid": os.getpid(),
@@ -134,6 +143,22 @@ def run_timed(name: str, params: dict[str, Any], cpu_clock: Callable[[], float] 
         "started": started,
         "finished": finished,
         "cpu": cpu,
+        "core_wait": core_wait,
+        "gil_wait": split(finished - started, cpu, core_wait, waits=workload.waits),
+    }
+
+
+def waited(result: Any, started: float) -> RunRecord:
+    """The record of a call that only waited, on this thread: nothing computed on anyone's behalf."""
+    return {
+        "result": result,
+        "pid": os.getpid(),
+        "thread": threading.current_thread().name,
+        "started": started,
+        "finished": time.time(),
+        "cpu": None,
+        "core_wait": None,
+        "gil_wait": None,
     }
 
 

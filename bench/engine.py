@@ -39,9 +39,9 @@ EVENTS = """
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
                   "solo_samples_s": [...], "solo_runs", "reps", "capacity": {...} or null}
 {"event": "response", "index", "sent", "received", "status", "body"}   one per request, as it completes
-{"event": "ping", "sent", "received", "ms", "status", "gil"}            one per probe (--ping-batch 0)
+{"event": "ping", "sent", "received", "ms", "status", "gil", "core_wait"}  one per probe (--ping-batch 0)
 {"event": "pings", "count", "failed", "from", "to", "p50_ms", "max_ms",
-                   "worst": {"sent", "received", "ms"}, "gil"}          or one per --ping-batch seconds
+                   "worst": {"sent", "received", "ms"}, "gil", "core_wait"}  or one per --ping-batch seconds
 {"event": "done", "summary": {...}}                                      see Summary in bench/race_data.py
 {"event": "error", "message"}                                            the race could not run
 """
@@ -266,8 +266,10 @@ class _Probe:
         batch: list[Ping] = []
         while not self.stop.is_set():
             code, body, sent, received = get(f"{self.spec.base}/ping", self.spec.timeout)
-            gil = body.get("gil") if isinstance(body, dict) else None
-            ping = Ping(sent, received, round((received - sent) * 1000, 3), code, gil)
+            meters = body if isinstance(body, dict) else {}
+            ping = Ping(
+                sent, received, round((received - sent) * 1000, 3), code, meters.get("gil"), meters.get("core_wait")
+            )
             self.pings.append(ping)
             if batching <= 0:
                 self.emit({"event": "ping", **asdict(ping)})

@@ -89,6 +89,8 @@ class Ping:
     status: int
     # The answering process's GIL contention lately, as /ping reports it (None: not measured).
     gil: float | None = None
+    # And its threads' run-queue share over the same window (lab/cores.py).
+    core_wait: float | None = None
 
 
 @dataclass
@@ -133,12 +135,17 @@ class Summary:
     slowdown: float | None = None
     reachable_ideal_s: float | None = None
     reachable_ratio: float | None = None
-    # Computing against waiting: CPU time over run time of the answered runs (1.0: every run
-    # computed all the time it was started; 0.25: it waited three quarters of it, for the GIL or a core).
+    # Where the answered runs' time went, as shares of their summed run time (timing's three-way
+    # split): computing (1.0: every run computed all the time it was started), waiting for a core
+    # (the run queue), waiting for the GIL. None where the envelopes do not say.
     cpu_share: float | None = None
-    # The server's GIL contention as the /ping probes saw it (None where not measured).
+    core_wait_share: float | None = None
+    gil_wait_share: float | None = None
+    # The server's GIL contention and core wait as the /ping probes saw them (None where not measured).
     gil_p50: float | None = None
     gil_max: float | None = None
+    core_wait_p50: float | None = None
+    core_wait_max: float | None = None
 
 
 def spread_of(pids: Sequence[int]) -> dict[str, int]:
@@ -151,6 +158,7 @@ def ping_batch_event(batch: Sequence[Ping]) -> Event:
     answered = [p for p in batch if p.status == 200]
     worst = max(answered, key=lambda p: p.ms, default=None)
     gils = [p.gil for p in answered if p.gil is not None]
+    cores = [p.core_wait for p in answered if p.core_wait is not None]
     return {
         "event": "pings",
         "count": len(batch),
@@ -161,6 +169,7 @@ def ping_batch_event(batch: Sequence[Ping]) -> Event:
         "max_ms": worst.ms if worst else None,
         "worst": {"sent": worst.sent, "received": worst.received, "ms": worst.ms} if worst else None,
         "gil": max(gils) if gils else None,
+        "core_wait": max(cores) if cores else None,
     }
 
 
@@ -227,20 +236,28 @@ def _from_envelopes(ok: list[Response]) -> dict[str, Any]:
     """What the answered requests' envelopes say: which processes ran and served them, computing or waiting."""
     bodies = [r.body for r in ok if isinstance(r.body, dict)]
     timings = [body["timing"] for body in bodies if "timing" in body]
-    cpu = [(t["cpu_ms"], t["run_ms"]) for t in timings if t.get("cpu_ms") is not None]
-    run_ms = sum(r for _, r in cpu)
     return {
         "worker_pids": sorted({body["worker"]["pid"] for body in bodies}),
         "server_pids": sorted({body["server"]["pid"] for body in bodies}),
         "spread": spread_of([body["server"]["pid"] for body in bodies]),
-        "cpu_share": round(sum(c for c, _ in cpu) / run_ms, 3) if cpu and run_ms else None,
+        "cpu_share": share_of(timings, "cpu_ms"),
+        "core_wait_share": share_of(timings, "core_wait_ms"),
+        "gil_wait_share": share_of(timings, "gil_wait_ms"),
     }
+
+
+def share_of(timings: list[dict[str, Any]], part: str) -> float | None:
+    """`part`'s share of the runs' summed run_ms, over the runs that report it (None: none does)."""
+    known = [(t[part], t["run_ms"]) for t in timings if t.get(part) is not None]
+    run_ms = sum(r for _, r in known)
+    return round(sum(p for p, _ in known) / run_ms, 3) if known and run_ms else None
 
 
 def _from_probes(pings: list[Ping]) -> dict[str, Any]:
     """How long the answered /ping probes waited, and the GIL contention they reported."""
     ping_ms = [p.ms for p in pings if p.status == 200]
     gils = [p.gil for p in pings if p.status == 200 and p.gil is not None]
+    cores = [p.core_wait for p in pings if p.status == 200 and p.core_wait is not None]
     return {
         "ping_count": len(pings),
         "ping_p50_ms": percentile(ping_ms, 0.5),
@@ -248,4 +265,6 @@ def _from_probes(pings: list[Ping]) -> dict[str, Any]:
         "ping_max_ms": max(ping_ms) if ping_ms else None,
         "gil_p50": percentile(gils, 0.5),
         "gil_max": max(gils) if gils else None,
+        "core_wait_p50": percentile(cores, 0.5),
+        "core_wait_max": max(cores) if cores else None,
     }

@@ -71,7 +71,9 @@ export function drawPings(svg, race, f) {
 }
 
 // The GIL meter (gilknocker in the server process), 0 to 1, as the probes' answers reported it:
-// one step per batch, from the first probe to the last answer it covers.
+// one step per batch, from the first probe to the last answer it covers; over it, as a line, the
+// core meter (its threads' run-queue share over the same windows), so that threads starved of
+// cores, which also make each other wait for the GIL, are told apart from threads taking turns.
 export function drawGil(svg, race, f) {
   const top = 8;
   const plotH = f.narrow ? 36 : 44;
@@ -101,4 +103,11 @@ export function drawGil(svg, race, f) {
     d += `M${x0.toFixed(1)} ${bottom}V${y(b.gil).toFixed(1)}h${w.toFixed(1)}V${bottom}Z`;
   }
   el("path", { d, class: "gil" }, svg);
+  const cores = readings.filter((b) => b.to >= f.origin && b.core_wait !== null && b.core_wait !== undefined);
+  svg.dataset.coreMax = cores.length ? String(Math.max(...cores.map((b) => b.core_wait))) : "";
+  if (cores.length) {
+    const line = cores.map((b, i) => `${i ? "L" : "M"}${f.x(b.from).toFixed(1)} ${y(b.core_wait).toFixed(1)}`
+      + `H${Math.max(f.x(b.from) + 1, f.x(b.to)).toFixed(1)}`).join("");
+    el("path", { d: line, class: "core-wait-line" }, svg);
+  }
 }

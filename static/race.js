@@ -3,7 +3,8 @@
 
 export function newRace(request) {
   return {
-    // pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil}), as the load generator sends them
+    // pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil, core_wait}), as the
+    // load generator sends them
     request, phase: "connecting", solo: null, server: null, capacity: null, responses: [], pings: [],
     summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
   };
@@ -14,7 +15,7 @@ function batchOfOne(ping) {
   const ok = ping.status === 200;
   return { from: ping.sent, to: ping.received, count: 1, failed: ok ? 0 : 1, p50_ms: ok ? ping.ms : null,
     max_ms: ok ? ping.ms : null, worst: ok ? { sent: ping.sent, received: ping.received, ms: ping.ms } : null,
-    gil: ping.gil ?? null };
+    gil: ping.gil ?? null, core_wait: ping.core_wait ?? null };
 }
 
 // Fold one event into the race; false for an event this page does not know.

@@ -175,10 +175,21 @@ export function drawTimeline(svg, race, f) {
   }
 }
 
-// The share of a run spent computing (its CPU time over its run time), or null where nothing computed.
-function computedShare(timing) {
-  if (timing.cpu_ms === null || timing.cpu_ms === undefined || !(timing.run_ms > 0)) return null;
-  return Math.max(0, Math.min(1, timing.cpu_ms / timing.run_ms));
+const known = (v) => v !== null && v !== undefined;
+
+// A part of a run's time (cpu_ms, core_wait_ms...) as a share of its run time, or null where not told.
+function shareOf(timing, part) {
+  if (!known(timing[part]) || !(timing.run_ms > 0)) return null;
+  return Math.max(0, Math.min(1, timing[part] / timing.run_ms));
+}
+
+// "computing 99 ms, waiting 15 ms for a core and 110 ms for the GIL": the run's own split, in words.
+function splitWords(timing) {
+  if (!known(timing.cpu_ms)) return "";
+  const waits = [];
+  if (known(timing.core_wait_ms)) waits.push(`${ms(timing.core_wait_ms)} for a core`);
+  if (known(timing.gil_wait_ms)) waits.push(`${ms(timing.gil_wait_ms)} for the GIL`);
+  return `, computing ${ms(timing.cpu_ms)} of it${waits.length ? `, waiting ${waits.join(" and ")}` : ""}`;
 }
 
 function drawBar(bars, clients, response, f, y, h, colour, race) {
@@ -196,7 +207,9 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
     "data-status": response.status,
     "data-queued-ms": timing ? timing.queued_ms : "",
     "data-run-ms": timing ? timing.run_ms : "",
-    "data-cpu-ms": timing && timing.cpu_ms !== null && timing.cpu_ms !== undefined ? timing.cpu_ms : "",
+    "data-cpu-ms": timing && known(timing.cpu_ms) ? timing.cpu_ms : "",
+    "data-core-wait-ms": timing && known(timing.core_wait_ms) ? timing.core_wait_ms : "",
+    "data-gil-wait-ms": timing && known(timing.gil_wait_ms) ? timing.gil_wait_ms : "",
   }, bars);
   const title = el("title", {}, bar);
   if (timing && response.status === 200) {
@@ -208,19 +221,24 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
         stroke: colour, class: "queue" }, bar);
     }
     const width = Math.max(1.5, xf - xs);
-    const computed = computedShare(timing);
+    const computed = shareOf(timing, "cpu_ms");
     if (computed === null) {
       el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run" }, bar);
     } else {
-      // Started, then computing for cpu_ms of it: the pale rest is time the run waited while started,
-      // for the GIL or for a core. Where in the run the waits fell is not known; their sum is.
+      // Started, then computing for cpu_ms of it and waiting core_wait_ms for a core (grey); the pale
+      // rest is time it waited while started: for the GIL, where a thread computes. Where in the run
+      // the parts fell is not known, their sums are: drawn in that order.
       el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run started" }, bar);
-      el("rect", { x: xs, y: y + pad, width: Math.max(1, width * computed), height: h - 2 * pad, fill: colour,
-        class: "run computing" }, bar);
+      const cpuWidth = Math.max(1, width * computed);
+      el("rect", { x: xs, y: y + pad, width: cpuWidth, height: h - 2 * pad, fill: colour, class: "run computing" }, bar);
+      const core = shareOf(timing, "core_wait_ms");
+      if (core !== null && width * core >= 0.5) {
+        el("rect", { x: xs + cpuWidth, y: y + pad, width: Math.min(width * core, width - cpuWidth),
+          height: h - 2 * pad, class: "run core-wait" }, bar);
+      }
     }
-    const cpu = computed === null ? "" : `, computing ${ms(timing.cpu_ms)} of it (${Math.round(100 * (1 - computed))}% `
-      + "waiting while started)";
-    title.textContent = `request ${response.index}: waited ${ms(timing.queued_ms)} for a worker, ran ${ms(timing.run_ms)}${cpu} `
+    title.textContent = `request ${response.index}: waited ${ms(timing.queued_ms)} for a worker, ran `
+      + `${ms(timing.run_ms)}${splitWords(timing)} `
       + `on ${worker.thread} of pid ${worker.pid}; the client waited ${ms((response.received - response.sent) * 1000)}`;
   } else {
     const xa = f.x(response.sent);

@@ -10,23 +10,37 @@ export function facts(race) {
   const ok = race.responses.filter((r) => r.status === 200 && r.body && r.body.timing);
   const runs = ok.map((r) => r.body.timing.run_ms / 1000);
   const meanRun = runs.length ? runs.reduce((a, b) => a + b, 0) / runs.length : null;
-  const cpus = ok.map((r) => r.body.timing.cpu_ms).filter((v) => v !== null && v !== undefined).map((v) => v / 1000);
-  const meanCpu = cpus.length === runs.length && cpus.length ? cpus.reduce((a, b) => a + b, 0) / cpus.length : null;
+  // The mean of a timing part in seconds, where every answered run reports it (else null).
+  const mean = (part) => {
+    const values = ok.map((r) => r.body.timing[part]).filter((v) => v !== null && v !== undefined);
+    return values.length === runs.length && values.length ? values.reduce((a, b) => a + b, 0) / values.length / 1000 : null;
+  };
+  const meanCpu = mean("cpu_ms");
   const edges = ok.flatMap((r) => [[r.body.timing.started, 1], [r.body.timing.finished, -1]])
     .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let running = 0;
   let overlap = 0;
   for (const [, step] of edges) overlap = Math.max(overlap, (running += step));
   const stretch = meanRun && race.summary.solo_s ? meanRun / race.summary.solo_s : null;
-  return { meanRun, meanCpu, stretch, overlap };
+  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"), stretch, overlap };
 }
 
-// "each thread computed 0.40 s but took 2.30 s: 83% of it waiting for the GIL" (or for a core).
+// "Each thread computed 0.20 s on average and took 1.20 s from start to finish: it waited 0.90 s (75%) for
+// the GIL and 0.10 s (8%) for a core." From the envelopes' own split where they have one; else only
+// what computing leaves, with `waitingFor` naming what it waited for.
 function cpuWords(known, who, waitingFor) {
   if (known.meanCpu === null || !known.meanRun) return "";
+  const head = ` Each ${who} computed ${sec(known.meanCpu)} on average and took ${sec(known.meanRun)} from start to `
+    + "finish: ";
+  const part = (seconds, what) => `${sec(seconds)} (<strong>${Math.round(100 * seconds / known.meanRun)}%</strong>) ${what}`;
+  if (known.meanCoreWait !== null) {
+    const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"]]
+      .filter(([seconds]) => seconds !== null && seconds >= 0.005).sort((a, b) => b[0] - a[0]);
+    if (!waits.length) return `${head}it hardly waited at all.`;
+    return `${head}it waited ${waits.map(([seconds, what]) => part(seconds, what)).join(" and ")}.`;
+  }
   const waiting = Math.round(100 * Math.max(0, 1 - known.meanCpu / known.meanRun));
-  return ` Each ${who} computed ${sec(known.meanCpu)} on average but took ${sec(known.meanRun)} from start to finish: `
-    + `<strong>${waiting}%</strong> of it waiting for ${waitingFor}.`;
+  return `${head}<strong>${waiting}%</strong> of it waiting for ${waitingFor}.`;
 }
 
 export function describeRun(request, mode) {
@@ -81,18 +95,29 @@ function idealWords(s, capacity) {
   return `${text} This race took <strong>${ratioText(s.ratio)}</strong> the ideal${reach}. ${ratioWords(s)}`;
 }
 
-// Processes do not share a GIL, so a worker started but not computing waited for a core.
+// Processes do not share a GIL, so a worker started but not computing waited for a core: the cores
+// are blamed, never the GIL (a worker's own few milliseconds of it are its process's other threads).
 function coreWords(known, who) {
   if (known.meanCpu === null || !known.meanRun || known.meanCpu / known.meanRun > 0.9) return "";
-  return cpuWords(known, who, "a core (busy with other processes, or lent to another virtual machine)");
+  return cpuWords({ ...known, meanGilWait: null }, who,
+    "a core (busy with other processes, or lent to another virtual machine)");
 }
 
+// The GIL meter, told apart from starved cores by the core meter read over the same windows: threads
+// that wait for a core while one of them holds the GIL make the others wait for it too.
 function gilWords(s) {
   if (s.gil_max === null || s.gil_max === undefined) return "";
   const busy = s.gil_max >= 0.5;
-  return `The GIL meter in the server process read ${s.gil_p50.toFixed(2)} typically and `
+  const starved = s.core_wait_max !== null && s.core_wait_max !== undefined && s.core_wait_max >= 0.5;
+  const reading = `The GIL meter in the server process read ${s.gil_p50.toFixed(2)} typically and `
     + `<strong>${s.gil_max.toFixed(2)}</strong> at worst (0: a thread that wants the GIL gets it at once; 1: it always `
-    + `has to wait)${busy ? ": the server's threads were queueing for it." : ": nobody had to queue for it for long."}`;
+    + "has to wait)";
+  if (!busy) return `${reading}: nobody had to queue for it for long.`;
+  if (starved) {
+    return `${reading}, while its threads waited for a core up to ${s.core_wait_max.toFixed(2)} of the time: `
+      + "they were short of cores, and a thread holding the GIL without a core makes the others wait for it too.";
+  }
+  return `${reading}: the server's threads were queueing for it.`;
 }
 
 function stretchWords(known) {

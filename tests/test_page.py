@@ -108,7 +108,8 @@ def bars(page: Page) -> list[dict[str, str]]:
     drawn: list[dict[str, str]] = page.eval_on_selector_all(
         "#timeline .request-bar",
         "bars => bars.map(b => ({pid: b.dataset.pid, thread: b.dataset.thread, status: b.dataset.status,"
-        " run_ms: b.dataset.runMs}))",
+        " run_ms: b.dataset.runMs, cpu_ms: b.dataset.cpuMs, core_wait_ms: b.dataset.coreWaitMs,"
+        " gil_wait_ms: b.dataset.gilWaitMs}))",
     )
     return drawn
 
@@ -142,6 +143,10 @@ def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServe
     assert "10 processing requests" in summary
     assert "makespan" in summary and "The ideal for this server is" in summary
     assert "own GIL" in summary
+    assert "for the GIL" not in summary  # a worker process waits for cores, never for the GIL
+    # Each bar is split by its own timing: a process-pool worker's run has no GIL to wait for.
+    for bar in drawn:
+        assert float(bar["gil_wait_ms"]) <= 0.1 * float(bar["run_ms"]) + 5, bar
     assert page.locator("#ping-track").get_attribute("data-count") != "0"
     done(visit, "processing")
 
@@ -200,7 +205,12 @@ def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> N
     drawn = race_count(page, "threading")
     assert {b["pid"] for b in drawn} == {str(lab.pid)}
     assert len({b["thread"] for b in drawn}) >= 2
-    assert "holds the GIL" in page.inner_text("#summary")
+    summary = page.inner_text("#summary")
+    assert "holds the GIL" in summary
+    assert re.search(r"it waited .*\(\d+%\) for the GIL", summary), summary  # the split, in words
+    waited = sum(float(b["gil_wait_ms"]) for b in drawn)
+    assert waited > sum(float(b["cpu_ms"]) for b in drawn)  # ten threads took turns on one GIL
+    assert page.locator("#gil-track").get_attribute("data-core-max") != ""  # the core meter's line
     done(visit, "threading")
 
 

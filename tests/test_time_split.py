@@ -17,6 +17,7 @@ from lab.cores import CoreMeter
 from tests.lab_server import LabServer, copies, get_many
 from workloads import clocks
 
+
 def burst(server: LabServer, mode: str, n: int, count: int = 3_000_000) -> list[dict[str, Any]]:
     """`n` copies of a `count` run at once; each one's timing."""
     replies = get_many(copies(f"{server.url}/{mode}/count?n={count}", n))

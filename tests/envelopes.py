@@ -38,7 +38,9 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     # A cluster worker also has an address (tcp://host:port): where it ran, machine included.
     assert set(body["worker"]) == {"pid", "thread"} | ({"address"} if mode == "distributed" else set())
     timing = body["timing"]
-    assert set(timing) == {"received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "total_ms"}
+    assert set(timing) == {
+        "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "gil_wait_ms", "total_ms"
+    }  # fmt: skip
     assert timing["received"] <= timing["started"] <= timing["finished"]
     assert timing["queued_ms"] >= 0 and timing["run_ms"] >= 0
     assert timing["total_ms"] >= timing["run_ms"]
@@ -46,6 +48,13 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
         assert timing["cpu_ms"] is None
     else:  # CPU time is never more than the wall time it was spent in (one thread), give or take clock grain
         assert 0 <= timing["cpu_ms"] <= timing["run_ms"] + 5
+    # The split of the run: a wait is never negative, and the GIL's is never more than the run.
+    if timing["core_wait_ms"] is not None:
+        assert timing["core_wait_ms"] >= 0
+    if timing["gil_wait_ms"] is not None:
+        assert 0 <= timing["gil_wait_ms"] <= timing["run_ms"]
+    if mode == "async":
+        assert timing["core_wait_ms"] is None and timing["gil_wait_ms"] is None
 
 
 def assert_error(reply: Reply, status: int, *fragments: str) -> None:

@@ -17,11 +17,14 @@ from workloads.registry import WORKLOADS
 def test_ping_is_tiny(server: LabServer) -> None:
     reply = get(f"{server.url}/ping")
     body = reply.json()
-    assert body == {"pong": True, "pid": server.pid, "gil": body["gil"]}
+    assert body == {"pong": True, "pid": server.pid, "gil": body["gil"], "core_wait": body["core_wait"]}
     # This process's GIL contention lately (read every 200 ms; None before the first reading):
     # a share, and low on an idle server.
     assert wait_for(lambda: get(f"{server.url}/ping").json()["gil"] is not None)
     assert 0 <= get(f"{server.url}/ping").json()["gil"] < 0.5
+    # Its core meter likewise: the run-queue share of its threads, a share.
+    assert wait_for(lambda: get(f"{server.url}/ping").json()["core_wait"] is not None)
+    assert 0 <= get(f"{server.url}/ping").json()["core_wait"] <= 1
     assert reply.headers["Cache-Control"] == "no-store"
 
 

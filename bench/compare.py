@@ -54,11 +54,12 @@ from lab.procs import EmbeddedUpstream
 
 # The keys every row of compare.json carries (README, "Peers").
 ROW_KEYS = ("server", "config", "workload", "endpoint", "concurrency", "elapsed_s", "mean_s", "ideal_s", "ratio",
-            "ping_p50_ms", "ping_max_ms", "spread", "peak_processes", "peak_threads", "rss_mb")  # fmt: skip
+            "cpu_ideal_s", "cpu_ratio", "ping_p50_ms", "ping_max_ms", "spread", "peak_processes", "peak_threads",
+            "rss_mb")  # fmt: skip
 
 COLUMNS = columns(
     "server", "config", "workload", Column("concurrency", "c", "{:d}"), "elapsed_s", "mean_s", "ideal_s", "ratio",
-    Column("reachable_ratio", "reach"), Column("ping_max_ms", "worst /ping ms", "{:.0f}"), "spread",
+    "cpu_ratio", Column("reachable_ratio", "reach"), Column("ping_max_ms", "worst /ping ms", "{:.0f}"), "spread",
     Column("peak_processes", "procs", "{:d}"), "peak_threads", Column("rss_mb", "RSS MB", "{:.0f}"),
     Column("siege_elapsed_s", "siege s"),
 )  # fmt: skip
@@ -143,6 +144,8 @@ def _row(
         "mean_s": summary.mean_s,
         "ideal_s": summary.ideal_s,
         "ratio": summary.ratio,
+        "cpu_ideal_s": summary.cpu_ideal_s,
+        "cpu_ratio": summary.cpu_ratio,
         "ping_p50_ms": summary.ping_p50_ms,
         "ping_max_ms": summary.ping_max_ms,
         # Where the work ran: requests per process that ran them (a worker process, or the server itself).

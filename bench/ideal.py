@@ -43,6 +43,22 @@ def ideal_makespan(mode: str, workload: str, server: Facts, solo_s: float, concu
     return rounds(lanes(mode, workload, server), concurrency, reps) * solo_s
 
 
+def cpu_ideal_makespan(
+    mode: str, workload: str, server: Facts, cpu_s: float | None, concurrency: int, *, reps: int = 1
+) -> float | None:
+    """The ideal from the burst's own runs: ideal_makespan with their CPU time per run as `t`.
+
+    A solo `t` is timed at one moment and the burst at another, on a host whose
+    speed moves; the runs' CPU time is taken during the burst itself and leaves
+    out time the host gave to others (its steal, its run queue), so this ideal
+    does not drift with the host. None where the runs compute nothing worth
+    timing (a workload that waits, /async) or did not report their CPU.
+    """
+    if not cpu_s or lanes(mode, workload, server) is None or server.get("waits", {}).get(workload, False):
+        return None
+    return ideal_makespan(mode, workload, server, cpu_s, concurrency, reps=reps)
+
+
 def reachable_makespan(
     mode: str,
     workload: str,

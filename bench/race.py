@@ -7,7 +7,8 @@ The race itself is bench/engine.py: every request released at the same
 instant on its own connection, /ping probed meanwhile, solo requests first
 to time the single run `t` the ideal is computed from (bench/ideal.py).
 
-Prints a table (elapsed, mean/shortest/longest, ideal, ratio, ping p50/p99/max)
+Prints a table (elapsed, mean/shortest/longest, ideal, ratio, the ratio to the
+ideal from the burst's own CPU time, ping p50/p99/max, where the runs' time went)
 and writes race.json plus a PNG timeline per mode under bench/results/.
 
 With --jsonl the race is streamed as JSON lines on stdout (the lab page's
@@ -70,7 +71,8 @@ class Progress:
         elif kind == "done":
             s = event["summary"]
             total = s["concurrency"] * s.get("reps", 1)
-            self._write(f" {self.done}/{total} in {s['elapsed_s']:.2f} s (ratio {s['ratio']:.2f})\n")
+            own = "" if s.get("cpu_ratio") is None else f", cpu ratio {s['cpu_ratio']:.2f}"
+            self._write(f" {self.done}/{total} in {s['elapsed_s']:.2f} s (ratio {s['ratio']:.2f}{own})\n")
 
     def _write(self, text: str) -> None:
         self.stream.write(text)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.capacity import Capacity
-from bench.ideal import ideal_makespan, ideal_words, lanes, reachable_makespan
-from bench.summary import median, percentile
+from bench.ideal import cpu_ideal_makespan, ideal_makespan, ideal_words, lanes, reachable_makespan
+from bench.summary import median, percentile, ratio
 from lab.modes import MODES
 
 Event = dict[str, Any]
@@ -135,6 +135,10 @@ class Summary:
     slowdown: float | None = None
     reachable_ideal_s: float | None = None
     reachable_ratio: float | None = None
+    # The ideal from the burst's own CPU time (bench/ideal.py's cpu_ideal_makespan, with the
+    # answered runs' median CPU time as t), and the makespan over it: unmoved by the host's speed.
+    cpu_ideal_s: float | None = None
+    cpu_ratio: float | None = None
     # Where the answered runs' time went, as shares of their summed run time (timing's three-way
     # split): computing (1.0: every run computed all the time it was started), waiting for a core
     # (the run queue), waiting for the GIL. None where the envelopes do not say.
@@ -204,6 +208,7 @@ def summarise(
         reps=spec.reps,
         solo_spread=round((max(samples) - min(samples)) / median(samples), 3) if samples else 0.0,
         **_against_the_ideal(spec, solo, capacity, end - start),
+        **_against_its_cpu(spec, solo, ok, end - start),
         **_from_envelopes(ok),
         **_from_probes(pings),
     )
@@ -229,6 +234,18 @@ def _against_the_ideal(spec: RaceSpec, solo: Solo, capacity: Capacity | None, el
         "slowdown": None if capacity is None else capacity.slowdown,
         "reachable_ideal_s": None if reachable is None else round(reachable, 4),
         "reachable_ratio": round(elapsed / reachable, 3) if reachable else None,
+    }
+
+
+def _against_its_cpu(spec: RaceSpec, solo: Solo, ok: list[Response], elapsed: float) -> dict[str, Any]:
+    """The ideal from the answered runs' own CPU time, and the makespan's ratio to it."""
+    cpu = [t["cpu_ms"] / 1000 for r in ok if isinstance(r.body, dict) and (t := r.body.get("timing"))
+           and t.get("cpu_ms") is not None]  # fmt: skip
+    cpu_t = median(cpu) if len(cpu) == len(ok) and cpu else None
+    ideal = cpu_ideal_makespan(spec.mode, spec.ran, solo.server, cpu_t, spec.concurrency, reps=spec.reps)
+    return {
+        "cpu_ideal_s": None if ideal is None else round(ideal, 4),
+        "cpu_ratio": ratio(elapsed, ideal) if ideal else None,
     }
 
 

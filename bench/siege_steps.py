@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
 
 from bench.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, new_parser, param_pair, run_command
 from bench.engine import get, mode_url, server_facts, solo_samples, warm_up, with_tag
-from bench.ideal import ideal_makespan, lanes
+from bench.ideal import cpu_ideal_makespan, ideal_makespan, lanes
 from bench.servers import wait_ready
 from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
 from lab.modes import MODES
@@ -88,6 +88,8 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
     http_errors = transactions - int(siege.get("successful_transactions", transactions))
     failed = int(siege.get("failed_transactions", 0)) + http_errors
     ideal = ideal_makespan(plan["mode"], plan["workload"], plan["server"], plan["solo_s"], concurrency, reps=reps)
+    cpu_ideal = cpu_ideal_makespan(plan["mode"], plan["workload"], plan["server"], siege_cpu_s(plan), concurrency,
+                                   reps=reps)  # fmt: skip
     elapsed = float(siege["elapsed_time"])
     row = {
         "endpoint": plan["name"],
@@ -101,6 +103,9 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "ratio": ratio(elapsed, ideal),
     }
     server = plan["server"]
+    # The ideal from siege's runs' own CPU time (bench/ideal.py): unmoved by the host's speed.
+    row |= {"cpu_ideal_s": None if cpu_ideal is None else round(cpu_ideal, 4),
+            "cpu_ratio": ratio(elapsed, cpu_ideal) if cpu_ideal else None}  # fmt: skip
     return row | {
         "url": plan["url"],
         "mode": plan["mode"],
@@ -136,7 +141,7 @@ def prepare(args: argparse.Namespace) -> int:
     if runs_workloads and args.warmup > 0:  # waiting for the upstream needs no warming
         warm_up(url, int(server["cpu_count"]), args.warmup, args.timeout)
     samples, body = solo_samples(url, args.solo_runs, args.timeout)
-    counts = served_by_process(base, args.mode, args.timeout)
+    counts, cpu = served_by_process(base, args.mode, args.timeout)
     plan = {
         "name": args.name,
         "base": base,
@@ -151,8 +156,10 @@ def prepare(args: argparse.Namespace) -> int:
         "solo_samples_s": samples,
         "solo_s": median(samples),
         "prepared_at": time.time(),
-        # Requests of this mode each server process had answered before siege (its spread is the difference).
+        # Requests of this mode each server process had answered before siege (its spread is the difference),
+        # and the CPU seconds and number of the runs that reported one (siege's runs' own, by difference).
         "served_before": counts,
+        "cpu_before": cpu,
     }
     _save(args.dir, plan)
     print(url)
@@ -168,7 +175,7 @@ def solo_after(args: argparse.Namespace) -> int:
     """
     path = args.dir / f"{args.name}.plan.json"
     plan = json.loads(path.read_text())
-    plan["served_after"] = served_by_process(plan["base"], plan["mode"], args.timeout)
+    plan["served_after"], plan["cpu_after"] = served_by_process(plan["base"], plan["mode"], args.timeout)
     after, _ = solo_samples(plan["url"], args.solo_runs, args.timeout)
     plan["solo_after_s"] = after
     plan["solo_samples_s"] = plan["solo_before_s"] + after
@@ -177,12 +184,24 @@ def solo_after(args: argparse.Namespace) -> int:
     return 0
 
 
-def served_by_process(base: str, mode: str, timeout: float) -> dict[str, int]:
-    """Requests of `mode` each server process has answered so far (pid -> count), from /stats."""
+def served_by_process(base: str, mode: str, timeout: float) -> tuple[dict[str, int], list[float]]:
+    """From /stats: requests of `mode` each server process has answered so far (pid -> count), and
+    [CPU seconds, runs] of the runs that reported their CPU time, all processes together."""
     status, body, _, _ = get(f"{base}/stats", timeout)
     if status != 200 or not isinstance(body, dict):
         raise StepError(f"{base}/stats answered {status}")
-    return {str(p["pid"]): int(p["requests"].get(mode, {}).get("count", 0)) for p in body["processes"]}
+    entries = [p["requests"].get(mode, {}) for p in body["processes"]]
+    counts = {str(p["pid"]): int(e.get("count", 0)) for p, e in zip(body["processes"], entries, strict=True)}
+    return counts, [sum(e.get("run_cpu_s", 0.0) for e in entries), sum(e.get("timed", 0) for e in entries)]
+
+
+def siege_cpu_s(plan: dict[str, Any]) -> float | None:
+    """The mean CPU time of siege's runs (by difference of the sums around it); None where they reported none."""
+    before, after = plan.get("cpu_before"), plan.get("cpu_after")
+    if not before or not after or after[1] <= before[1]:
+        return None
+    cpu_s: float = (after[0] - before[0]) / (after[1] - before[1])
+    return cpu_s
 
 
 def siege_spread(plan: dict[str, Any]) -> dict[str, int]:

@@ -50,6 +50,35 @@ class Column:
         return self.fmt.format(value)
 
 
+# A ratio to the nominal ideal below this says more about `t` than about the server: it was timed
+# on a slower moment of the host than the burst. Never shown bare (ratio_notes).
+SLOW_T_RATIO = 0.95
+
+
+@dataclass(frozen=True)
+class RatioColumn(Column):
+    """The ratio to the nominal ideal, marked with * where it is below SLOW_T_RATIO."""
+
+    def show(self, row: Mapping[str, Any]) -> str:
+        shown = super().show(row)
+        value = row.get(self.key)
+        return f"{shown}*" if isinstance(value, float) and value < SLOW_T_RATIO else shown
+
+
+def ratio_notes(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What a table's starred ratios mean, one line each, to print under it."""
+    notes = []
+    for row in rows:
+        value = row.get("ratio")
+        if isinstance(value, float) and value < SLOW_T_RATIO:
+            own = row.get("cpu_ratio")
+            against = (f"against the runs' own CPU time it took {own:.2f}x" if own is not None
+                       else "no ideal from the runs' own CPU time here")  # fmt: skip
+            notes.append(f"* {row.get('endpoint', '')}: ratio {value:.2f} is below 1 because t was timed on a slower "
+                         f"moment of the host than the burst; {against}.")  # fmt: skip
+    return notes
+
+
 COLUMNS = (
     Column("endpoint", "endpoint", "{}"),
     Column("elapsed_s", "elapsed s"),
@@ -59,7 +88,8 @@ COLUMNS = (
     Column("transactions", "trans", "{:d}"),
     Column("failed", "failed", "{:d}"),
     Column("ideal_s", "ideal s"),
-    Column("ratio", "ratio"),
+    RatioColumn("ratio", "ratio"),
+    Column("cpu_ratio", "cpu ratio"),
 )
 
 # How the requests spread over server processes (forked servers): "6/4".
@@ -119,8 +149,14 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
+def _notes(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> list[str]:
+    """The lines a table's starred ratios need under it (none if it shows no RatioColumn)."""
+    return ratio_notes(rows) if any(isinstance(c, RatioColumn) for c in columns) else []
+
+
 def text_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = COLUMNS) -> str:
-    """A plain, aligned table: text left-aligned, numbers right-aligned."""
+    """A plain, aligned table: text left-aligned, numbers right-aligned; what a starred ratio means under it."""
+    rows = list(rows)
     cells = [[c.header for c in columns]] + [[c.show(row) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
 
@@ -130,15 +166,17 @@ def text_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = CO
         return "  ".join([first, *rest]).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule, *(line(values) for values in cells[1:])])
+    return "\n".join([line(cells[0]), rule, *(line(values) for values in cells[1:]), *_notes(rows, columns)])
 
 
 def markdown_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] = COLUMNS) -> str:
     """The same table in GitHub Markdown."""
+    rows = list(rows)
     header = "| " + " | ".join(c.header for c in columns) + " |"
     align = "|" + "|".join(":---" if i == 0 else "---:" for i in range(len(columns))) + "|"
-    body = ["| " + " | ".join(c.show(row) for c in columns) + " |" for row in rows]
-    return "\n".join([header, align, *body])
+    body = ["| " + " | ".join(c.show(row).replace("*", "\\*") for c in columns) + " |" for row in rows]
+    notes = _notes(rows, columns)
+    return "\n".join([header, align, *body, *(["", *notes] if notes else [])])
 
 
 def new_results_dir(prefix: str = "", root: Path = RESULTS) -> Path:

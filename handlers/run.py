@@ -27,6 +27,7 @@ class RunHandler(LabHandler):
         # queued meanwhile would cut in and the staircase would arrive as one
         # step. It cannot be cancelled anyway.
         record = await (work if runner.inline else self.until_disconnect(work))
+        self.life.ran(record["cpu"])
         self.write(
             envelope(
                 mode=mode.name,

@@ -83,13 +83,13 @@ class Lifecycle:
             self._shares[key] = 0.0 if lanes is None else 1.0 / lanes
         return self._shares[key]
 
-    def finished(self, mode: str | None, status: int, seconds: float) -> None:
+    def finished(self, mode: str | None, status: int, seconds: float, cpu: float | None = None) -> None:
         """A request ended (RequestLife.end): out of flight, and counted under its mode if it has one."""
         self.active -= 1
         if not self.active:
             self._idle.set()
         if mode is not None:
-            self.stats.record(mode, status, seconds)
+            self.stats.record(mode, status, seconds, cpu)
             self._on_end()
 
     async def done(self) -> None:
@@ -114,6 +114,7 @@ class RequestLife:
         self._ended = False
         self._gone = False
         self._job: asyncio.Future[Any] | None = None
+        self._cpu: float | None = None
 
     def classify(self, mode: str) -> None:
         """Counted under `mode` in /stats, whatever its ending."""
@@ -146,6 +147,10 @@ class RequestLife:
             self._job = None
             self._lifecycle.jobs.discard(job)
 
+    def ran(self, cpu: float | None) -> None:
+        """Its run took `cpu` CPU seconds where it ran: added to its mode's sum in /stats when it ends."""
+        self._cpu = cpu
+
     def client_gone(self) -> None:
         self._gone = True
         if self._job is not None:
@@ -155,7 +160,7 @@ class RequestLife:
         """Counted once, before the response leaves: a client holding its answer finds it in /stats."""
         if not self._ended:
             self._ended = True
-            self._lifecycle.finished(self.mode, status, time.time() - self.received)
+            self._lifecycle.finished(self.mode, status, time.time() - self.received, self._cpu)
 
     def left(self) -> None:
         """The response has left: this request, and its connection until its next request, hold nothing."""

@@ -73,9 +73,10 @@ class Board:
 
 
 def _empty() -> dict[str, Any]:
-    # statuses: HTTP status (as text) -> requests; buckets: requests per LATENCY_BUCKETS_S bucket, +Inf last.
+    # statuses: HTTP status (as text) -> requests; buckets: requests per LATENCY_BUCKETS_S bucket, +Inf last;
+    # run_cpu_ms over timed: the CPU time of the runs that reported one (a burst's own ideal, bench/ideal.py).
     return {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0, "statuses": {},
-            "buckets": [0] * (len(LATENCY_BUCKETS_S) + 1)}  # fmt: skip
+            "buckets": [0] * (len(LATENCY_BUCKETS_S) + 1), "run_cpu_ms": 0.0, "timed": 0}  # fmt: skip
 
 
 class RequestStats:
@@ -84,8 +85,12 @@ class RequestStats:
     def __init__(self, previous: dict[str, Any] | None = None) -> None:
         self.modes: dict[str, dict[str, Any]] = previous or {}
 
-    def record(self, mode: str, status: int, seconds: float) -> None:
+    def record(self, mode: str, status: int, seconds: float, cpu: float | None = None) -> None:
+        """A request of `mode` ended with `status` after `seconds`; `cpu`: its run's CPU seconds, if it ran one."""
         entry = self.modes.setdefault(mode, _empty())
+        if cpu is not None:
+            entry["run_cpu_ms"] += cpu * 1000
+            entry["timed"] += 1
         ms = seconds * 1000
         entry["count"] += 1
         entry["errors"] += status >= 400
@@ -104,6 +109,8 @@ def summarise(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
             "errors": int(e["errors"]),
             "mean_ms": round(e["total_ms"] / e["count"], 3) if e["count"] else 0.0,
             "max_ms": round(e["max_ms"], 3),
+            "timed": int(e["timed"]),
+            "run_cpu_s": round(e["run_cpu_ms"] / 1000, 6),
         }
         for mode, e in sorted(modes.items())
     }
@@ -119,6 +126,8 @@ def merge(docs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
             t["errors"] += e["errors"]
             t["total_ms"] += e["total_ms"]
             t["max_ms"] = max(t["max_ms"], e["max_ms"])
+            t["run_cpu_ms"] += e["run_cpu_ms"]
+            t["timed"] += e["timed"]
             for status, n in e["statuses"].items():
                 t["statuses"][status] = t["statuses"].get(status, 0) + n
             t["buckets"] = [a + b for a, b in zip(t["buckets"], e["buckets"], strict=True)]

@@ -53,10 +53,11 @@ export function ratioText(ratio) {
   return Number.isFinite(ratio) ? `${ratio.toFixed(2)}×` : "–";
 }
 
-// Judged against what this machine can reach where that was measured, and never outside the noise
-// the single runs showed: a difference inside it is no news.
+// Judged against the burst's own CPU time where the runs report it (an ideal the host's speed does
+// not move), else against what this machine can reach where that was measured, and never outside
+// the noise the single runs showed: a difference inside it is no news.
 function ratioWords(s) {
-  const against = s.reachable_ratio ?? s.ratio;
+  const against = s.cpu_ratio ?? s.reachable_ratio ?? s.ratio;
   if (!Number.isFinite(against)) return "";
   const noise = Math.max(0.15, s.solo_spread || 0);
   if (against < 1 - noise) {
@@ -92,8 +93,22 @@ function idealWords(s, capacity) {
     text += ` This machine lives up to it: ${capacity.copies} copies of a loop at once ran as fast as one alone.`;
   }
   const reach = slower ? `, <strong>${ratioText(s.reachable_ratio)}</strong> what this machine can reach` : "";
-  return `${text} This race took <strong>${ratioText(s.ratio)}</strong> the ideal${reach}. ${ratioWords(s)}`;
+  return `${text} This race took <strong>${ratioText(s.ratio)}</strong> the ideal${reach}.${cpuIdealWords(s)} `
+    + ratioWords(s);
 }
+
+// The ideal from the burst's own CPU time, and what a nominal ratio below 0.95 means.
+function cpuIdealWords(s) {
+  if (s.cpu_ratio === null || s.cpu_ratio === undefined) return "";
+  const slowT = s.ratio < SLOW_T_RATIO
+    ? " Below 1 against t means t was timed on a slower moment than the burst: the host's speed moves." : "";
+  return `${slowT} With t taken from the runs themselves (their median CPU time in the burst, which the host's `
+    + `speed does not move) the ideal is ${sec(s.cpu_ideal_s)}, and the race took `
+    + `<strong>${ratioText(s.cpu_ratio)}</strong> that; the verdict uses this one.`;
+}
+
+// A nominal ratio under this is not news about the server: t was timed on a slow moment (bench/summary.py).
+const SLOW_T_RATIO = 0.95;
 
 // Processes do not share a GIL, so a worker started but not computing waited for a core: the cores
 // are blamed, never the GIL (a worker's own few milliseconds of it are its process's other threads).

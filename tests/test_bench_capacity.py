@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.capacity import Capacity, measure
-from bench.ideal import ideal_makespan, reachable_makespan
+from bench.ideal import cpu_ideal_makespan, ideal_makespan, reachable_makespan
 from bench.race_data import Ping, ping_batch_event
 
 FACTS = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "releases_gil": {}, "waits": {}}
@@ -41,3 +41,14 @@ def test_a_batch_of_probes_keeps_the_worst_wait_and_the_gil_reading() -> None:
     assert event["event"] == "pings" and (event["count"], event["failed"]) == (3, 1)
     assert event["worst"] == {"sent": 1.01, "received": 1.31, "ms": 300.0} and event["max_ms"] == 300.0
     assert (event["from"], event["to"], event["gil"]) == (1.0, 1.33, 0.9)
+
+
+def test_the_ideal_from_the_bursts_own_cpu_time() -> None:
+    waits = {**FACTS, "waits": {"sleep": True}}
+    # The same rounds as the nominal ideal, with each run's CPU time in the burst as t.
+    assert cpu_ideal_makespan("processing", "count", FACTS, 0.3, 10) == pytest.approx(1.5)
+    assert cpu_ideal_makespan("threading", "count", FACTS, 0.2, 10) == pytest.approx(2.0)  # one GIL: one lane
+    # Nothing computed worth timing, or nothing reported: no such ideal.
+    assert cpu_ideal_makespan("threading", "sleep", waits, 0.001, 10) is None
+    assert cpu_ideal_makespan("async", "async", FACTS, 0.001, 10) is None
+    assert cpu_ideal_makespan("processing", "count", FACTS, None, 10) is None

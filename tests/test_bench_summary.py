@@ -106,6 +106,9 @@ def test_summary_row_counts_http_errors_as_failures_and_divides_by_the_ideal() -
         "server": facts(),
         "solo_s": 0.4,
         "solo_samples_s": [0.41, 0.4, 0.39],
+        # /stats' sums of the runs' CPU seconds and runs, before and after siege: 10 runs of 0.3 s.
+        "cpu_before": [1.0, 4],
+        "cpu_after": [4.0, 14],
     }
     row = summary_row(plan, parse_siege(SIEGE_JSON), concurrency=10, reps=1)
     assert list(row)[: len(ROW_KEYS)] == list(ROW_KEYS)
@@ -113,6 +116,7 @@ def test_summary_row_counts_http_errors_as_failures_and_divides_by_the_ideal() -
     assert row["failed"] == 3  # 1 socket failure + 2 replies that were not successful
     assert row["ideal_s"] == 2.0  # ceil(10 / 2 workers) x 0.4 s
     assert row["ratio"] == 2.05
+    assert row["cpu_ideal_s"] == 1.5 and row["cpu_ratio"] == pytest.approx(4.1 / 1.5, abs=0.001)  # 5 x 0.3 s
     assert (row["elapsed_s"], row["mean_s"], row["shortest_s"], row["longest_s"]) == (4.1, 2.3, 0.41, 4.1)
     assert row["lanes"] == 2 and row["cores"] == 2
 
@@ -126,13 +130,25 @@ def test_tables_show_missing_values_as_a_dash() -> None:
     ]  # fmt: skip
     lines = text_table(rows).splitlines()
     assert lines[0].split() == ["endpoint", "elapsed", "s", "mean", "s", "shortest", "s", "longest", "s",
-                                "trans", "failed", "ideal", "s", "ratio"]  # fmt: skip
-    assert lines[2].split() == ["blocking", "4.00", "2.20", "0.40", "4.00", "10", "0", "4.00", "1.00"]
-    assert lines[3].split()[-2:] == ["-", "-"]
+                                "trans", "failed", "ideal", "s", "ratio", "cpu", "ratio"]  # fmt: skip
+    assert lines[2].split() == ["blocking", "4.00", "2.20", "0.40", "4.00", "10", "0", "4.00", "1.00", "-"]
+    assert lines[3].split()[-3:] == ["-", "-", "-"]
     assert len({len(line) for line in lines[:3]}) == 1  # aligned columns
     markdown = markdown_table(rows).splitlines()
-    assert markdown[0].count("|") == len(ROW_KEYS) + 1
+    assert markdown[0].count("|") == len(ROW_KEYS) + 2  # and cpu ratio
     assert markdown[2].startswith("| blocking | 4.00 |")
+
+
+def test_a_ratio_below_one_is_never_shown_bare() -> None:
+    # t timed on a slow moment: the nominal ratio is starred and explained; the burst's own is beside it.
+    slow = {"endpoint": "threading", "elapsed_s": 2.47, "ideal_s": 3.65, "ratio": 0.68, "cpu_ratio": 1.04}
+    fine = {"endpoint": "processing", "elapsed_s": 1.8, "ideal_s": 1.68, "ratio": 1.07, "cpu_ratio": 1.02}
+    lines = text_table([slow, fine]).splitlines()
+    assert "0.68*" in lines[2] and "1.04" in lines[2] and "*" not in lines[3]
+    assert lines[4].startswith("* threading: ratio 0.68 is below 1 because t was timed on a slower moment")
+    assert "own CPU time it took 1.04x" in lines[4] and len(lines) == 5
+    assert "0.68\\*" in markdown_table([slow]) and "* threading: ratio 0.68" in markdown_table([slow])
+    assert len(text_table([fine]).splitlines()) == 3  # nothing to explain
 
 
 def test_results_folders_never_collide(tmp_path: Any) -> None:

@@ -47,13 +47,15 @@ def test_a_torn_slot_is_skipped_then_recovered_by_the_next_write() -> None:
 
 def test_request_stats_sum_and_merge() -> None:
     a, b = RequestStats(), RequestStats()
-    a.record("blocking", 200, 0.010)
-    a.record("blocking", 400, 0.030)
-    b.record("blocking", 200, 0.020)
+    a.record("blocking", 200, 0.010, cpu=0.008)
+    a.record("blocking", 400, 0.030)  # a run that did not run: no CPU time to add
+    b.record("blocking", 200, 0.020, cpu=0.018)
     b.record("async", 504, 1.0)
     merged = summarise(merge([a.modes, b.modes]))
-    assert merged["blocking"] == {"count": 3, "errors": 1, "mean_ms": 20.0, "max_ms": 30.0}
-    assert merged["async"] == {"count": 1, "errors": 1, "mean_ms": 1000.0, "max_ms": 1000.0}
+    assert merged["blocking"] == {"count": 3, "errors": 1, "mean_ms": 20.0, "max_ms": 30.0, "timed": 2,
+                                  "run_cpu_s": 0.026}  # fmt: skip
+    assert merged["async"] == {"count": 1, "errors": 1, "mean_ms": 1000.0, "max_ms": 1000.0, "timed": 0,
+                               "run_cpu_s": 0.0}  # fmt: skip
 
 
 def test_a_document_too_large_for_a_slot_is_refused() -> None:

@@ -101,6 +101,20 @@ def test_the_core_meter_reads_a_thread_queueing_for_a_core_and_not_an_idle_one()
     assert idle < 0.1 < busy
 
 
+def test_stats_sum_the_runs_cpu_time_per_mode(server: LabServer) -> None:
+    # What siege.sh's burst-own ideal is made of: /stats' sums, read around the burst.
+    def sums() -> tuple[float, int]:
+        entry = get_many([f"{server.url}/stats"])[0].json()["totals"]["requests"]["threading"]
+        return entry["run_cpu_s"], entry["timed"]
+
+    burst(server, "threading", 1)
+    before = sums()
+    timings = burst(server, "threading", 2)
+    after = sums()
+    assert after[1] - before[1] == 2
+    assert after[0] - before[0] == pytest.approx(sum(t["cpu_ms"] for t in timings) / 1000, abs=0.001)
+
+
 def test_the_meters_are_published_per_process(server: LabServer) -> None:
     ping = get_many([f"{server.url}/ping"])[0].json()
     assert 0 <= ping["core_wait"] <= 1

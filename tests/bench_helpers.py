@@ -64,13 +64,14 @@ class Tracked:
             with contextlib.suppress(OSError):
                 self.sessions.add(os.getsid(child.pid))
 
-    def descendants(self, name: str) -> list[psutil.Process]:
-        """Running descendants whose command line mentions `name`."""
+    def descendants(self, *words: str) -> list[psutil.Process]:
+        """Running descendants whose command line mentions every one of `words`."""
         found = []
         with contextlib.suppress(psutil.NoSuchProcess):
             for child in psutil.Process(self.process.pid).children(recursive=True):
+                # (One that ends between being listed and being read is not running.)
                 with contextlib.suppress(psutil.Error):
-                    if any(name in part for part in child.cmdline()):
+                    if all(word in " ".join(child.cmdline()) for word in words):
                         found.append(child)
         return found
 

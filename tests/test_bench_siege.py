@@ -181,7 +181,7 @@ def test_sigterm_during_start_up_stops_the_servers_being_started(siege: str, tmp
 def wait_for_descendant(run: Tracked, *words: str, timeout: float = 90) -> None:
     """Until a descendant's command line has all `words` (noting every process meanwhile)."""
     deadline = time.monotonic() + timeout
-    while not any(all(w in " ".join(p.cmdline()) for w in words) for p in run.descendants(words[0])):
+    while not run.descendants(*words):
         assert run.process.poll() is None, run.communicate(timeout=5)
         assert time.monotonic() < deadline, f"no {' '.join(words)} process in {timeout} s"
         time.sleep(0.05)

@@ -1,10 +1,16 @@
 # Tornado Concurrency Lab: one command each (see README.md).
 PYTHON ?= python3
+# Another Python gets a venv of its own beside the default one:
+# make install PYTHON=python3.13 (or a path) makes .venv-3.13.
+ifeq ($(origin PYTHON),command line)
+VENV   ?= .venv-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo missing)
+else
 VENV   ?= .venv
+endif
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install peers run test lint format docs bench compare system-deps clean
+.PHONY: install peers run test test-python lint format docs bench compare system-deps clean
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -36,6 +42,15 @@ run: install
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev system-deps lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+
+## test-python: on another Python (PYTHON=python3.13): its venv, then the mode, workload and interpreters tests
+PYTHON_TESTS := tests/test_interpreters.py tests/test_modes.py tests/test_workloads.py tests/test_catalog.py
+test-python: $(VENV)/.test
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTHON_TESTS) $(ARGS)
+
+$(VENV)/.test: $(VENV)/.runtime requirements-test.txt
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	@touch $@
 
 ## lint: ruff (lint + format check) and mypy
 lint: $(VENV)/.dev

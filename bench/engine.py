@@ -85,6 +85,29 @@ def server_facts(base: str, timeout: float) -> dict[str, Any]:
     return make_facts(body["server"], listed)
 
 
+def server_modes(base: str, workload: str | None, timeout: float) -> tuple[list[str], list[str]]:
+    """The modes the server at `base` can run `workload` in (None: each mode's default), and why not the others.
+
+    The server's own /modes and /workloads decide, not this process's
+    registry: the server may run on another Python (interpreters needs 3.12+).
+    """
+    status, modes, _, _ = get(f"{base.rstrip('/')}/modes", timeout)
+    if status != 200 or not isinstance(modes, list):
+        raise RuntimeError(f"{base}/modes answered {status}: is this a lab server?")
+    status, workloads, _, _ = get(f"{base.rstrip('/')}/workloads", timeout)
+    listed = {w["name"]: w for w in workloads} if status == 200 and isinstance(workloads, list) else {}
+    runnable, skipped = [], []
+    for mode in modes:
+        runs = listed.get(workload or "", {}).get("modes") if mode.get("runs_workloads", True) else None
+        if not mode.get("available", True):
+            skipped.append(f"{mode['name']}: {mode.get('unavailable_reason')}")
+        elif runs is not None and mode["name"] not in runs:
+            skipped.append(f"{mode['name']}: it cannot run {workload}")
+        else:
+            runnable.append(mode["name"])
+    return runnable, skipped
+
+
 def solo_samples(url: str, runs: int, timeout: float) -> tuple[list[float], Any]:
     """Client-side seconds of `runs` requests sent one at a time, and the last reply's body."""
     samples: list[float] = []

@@ -45,7 +45,7 @@ from bench.args import (
     new_parser,
     run_command,
 )
-from bench.engine import race
+from bench.engine import race, server_modes
 from bench.race_data import Event, RaceSpec
 from bench.servers import lab_server
 from bench.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
@@ -128,10 +128,20 @@ def race_params(args: argparse.Namespace, mode: str) -> dict[str, str]:
     return params
 
 
+def _modes(args: argparse.Namespace, base: str) -> list[str]:
+    """--all: every mode the server can run the workload in (the others named on stderr); else --mode."""
+    if not args.all:
+        return [args.mode]
+    runnable, skipped = server_modes(base, args.workload, timeout=30.0)
+    for why in skipped:
+        print(f"skipping {why}", file=sys.stderr)
+    return runnable
+
+
 def run_races(args: argparse.Namespace, base: str, on_event: Callable[[Event], None] | None) -> list[dict[str, Any]]:
     """Every requested race, in order; each as {"summary", "responses", "pings"}."""
     results = []
-    for mode in list(MODES) if args.all else [args.mode]:
+    for mode in _modes(args, base):
         spec = RaceSpec(base, mode, args.workload, race_params(args, mode), args.concurrency, reps=args.reps,
                         solo_runs=args.solo_runs, warmup_s=args.warmup, measure_capacity=not args.no_capacity,
                         ping_every=args.ping_every, ping_batch=args.ping_batch)  # fmt: skip

@@ -227,8 +227,8 @@ bench_endpoint() {  # NAME BASE MODE
     step solo-after --name "$name" --dir "$OUT" --solo-runs "$SOLO_RUNS"
 }
 
-# Every mode the server serves (its /modes: the registry in lab/modes.py), in its order.
-step modes --base "$URL" >"$OUT/.step"
+# Every mode the server can run the workload in (its /modes: the registry in lab/modes.py), in its order.
+step modes --base "$URL" --workload "$WORKLOAD" >"$OUT/.step"
 mapfile -t MODES <"$OUT/.step"
 for mode in "${MODES[@]}"; do
     bench_endpoint "$mode" "$URL" "$mode"

@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, new_parser, param_pair, run_command
-from bench.engine import get, mode_url, server_facts, solo_samples, warm_up, with_tag
+from bench.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
 from bench.ideal import cpu_ideal_makespan, ideal_makespan, lanes
 from bench.servers import wait_ready
 from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
@@ -308,12 +308,15 @@ def ready(args: argparse.Namespace) -> int:
 
 
 def modes(args: argparse.Namespace) -> int:
-    """The modes the server at --base serves (its /modes, the registry), one per line, in order."""
-    status, body, _, _ = get(f"{args.base.rstrip('/')}/modes", args.timeout)
-    if status != 200 or not isinstance(body, list):
-        raise StepError(f"{args.base}/modes answered {status}: is this a lab server?")
-    for mode in body:
-        print(mode["name"])
+    """The modes the server at --base can run the workload in (its /modes), one per line; the others on stderr."""
+    try:
+        runnable, skipped = server_modes(args.base, args.workload or None, args.timeout)
+    except RuntimeError as error:
+        raise StepError(str(error)) from None
+    for why in skipped:
+        print(f"skipping {why}", file=sys.stderr)
+    for mode in runnable:
+        print(mode)
     return 0
 
 
@@ -337,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--pid", type=int, required=True)
     STEP_TIMEOUT.add(sub, default=180.0)
 
-    sub = step("modes", modes, "print the modes a server serves, one per line")
+    sub = step("modes", modes, "print the modes a server can run a workload in, one per line")
     BASE.add(sub)
+    WORKLOAD.add(sub, default="", help="workload (default: each mode's own)")
     STEP_TIMEOUT.add(sub, default=30.0)
 
     sub = step("prepare", prepare, "warm up one endpoint and time solo requests")

@@ -19,12 +19,20 @@ def described() -> list[dict[str, Any]]:
     return [{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]
 
 
+def runs_it(workload: str) -> list[str]:
+    """The modes that can run `workload`: all but those that refuse what it imports."""
+    needs = WORKLOADS[workload].needs
+    return [mode.name for mode in MODES.values() if mode.refusal(workload, needs) is None]
+
+
 class WorkloadsHandler(LabHandler):
-    """Every workload: its params with default, min and max, whether it releases the GIL or only waits."""
+    """Every workload: its params and limits, whether it releases the GIL or waits, and the modes that run it."""
 
     def get(self) -> None:
         # A top-level JSON list (RequestHandler.write only serialises dicts).
-        self.finish(json.dumps(described()))
+        # With the modes that can run each (a mode may refuse a workload whose imports its workers cannot load).
+        listed = [{**entry, "modes": runs_it(entry["name"])} for entry in described()]
+        self.finish(json.dumps(listed))
 
 
 class ModesHandler(LabHandler):

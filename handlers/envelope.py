@@ -31,6 +31,7 @@ def envelope(
     core_wait: float | None,
     gil_wait: float | None,
     worker_address: str | None = None,
+    worker_interpreter: int | None = None,
 ) -> dict[str, Any]:
     """`server` handled the HTTP request; `worker` is where the work ran.
 
@@ -41,12 +42,15 @@ def envelope(
     running: `core_wait_ms` waiting for a core (the kernel's run queue) and
     `gil_wait_ms` the rest, on a thread of a process with a GIL: the GIL
     (workloads/clocks.py; None where it cannot be told). A cluster worker
-    (distributed mode) also has an address.
+    (distributed mode) also has an address, a sub-interpreter (interpreters
+    mode) its interpreter id.
     """
     responded = time.time()
     worker: dict[str, Any] = {"pid": worker_pid, "thread": worker_thread}
     if worker_address is not None:
         worker["address"] = worker_address
+    if worker_interpreter is not None:
+        worker["interpreter"] = worker_interpreter
     return {
         "mode": mode,
         "workload": workload,

@@ -20,6 +20,7 @@ class RunHandler(LabHandler):
         mode = MODES[name]
         self.life.classify(mode.name)
         workload, params = self._what(mode, workload_name)
+        self._check_can_run(mode, workload)
         self.life.claim(workload)
         work = runner.run(workload, params)
         # A blocking run happens inline, in this very call, so its response is
@@ -45,8 +46,19 @@ class RunHandler(LabHandler):
                 core_wait=record["core_wait"],
                 gil_wait=record["gil_wait"],
                 worker_address=record.get("address"),
+                worker_interpreter=record.get("interpreter"),
             )
         )
+
+    def _check_can_run(self, mode: Mode, workload: str) -> None:
+        """A 501 where this server's Python cannot run the mode; a 422 where the mode cannot run the workload."""
+        problem = mode.unavailable()
+        if problem is not None:
+            raise LabError(501, f"/{mode.name} cannot run on this server: {problem}")
+        entry = WORKLOADS.get(workload)
+        refusal = mode.refusal(workload, entry.needs) if entry is not None else None
+        if refusal is not None:
+            raise LabError(422, refusal)
 
     def _what(self, mode: Mode, name: str | None) -> tuple[str, dict[str, Any]]:
         """The workload this request runs and its params: one of the lab's, or what the mode runs itself."""

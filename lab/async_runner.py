@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Self
 
 from lab.upstream_client import Upstream
-from workloads.registry import RunRecord, waited
+from workloads.timing import RunRecord, waited
 
 if TYPE_CHECKING:
     from lab.config import Config

@@ -35,7 +35,7 @@ from lab.dask_roster import Roster
 from lab.dask_worker import WarmUp, task, workloads_upload
 from lab.errors import LabError
 from lab.pool import RETRY_AFTER_S
-from workloads.registry import RunRecord
+from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster

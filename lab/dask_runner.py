@@ -41,7 +41,7 @@ from lab.config import cpu_count
 from lab.errors import LabError
 from lab.pool import RETRY_AFTER_S, PoolRunner
 from lab.settings import Setting, Values, count
-from workloads.registry import RunRecord
+from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from lab.config import Config

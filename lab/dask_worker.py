@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import distributed
 
 from lab import ROOT
-from workloads.registry import RunRecord
+from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from distributed import Worker

@@ -60,8 +60,10 @@ class Mode:
     # One sentence: what the mode does with a request and what follows (the page's mode note).
     why: str
     # Where the work runs, which is what the page's explanations depend on:
-    # "event loop", "threads", "processes" (each with its own GIL), "cluster"
-    # (worker processes a scheduler hands tasks to) or "upstream".
+    # "event loop", "threads", "processes" (each with its own GIL),
+    # "interpreters" (sub-interpreters in the server process, each with its
+    # own GIL), "cluster" (worker processes a scheduler hands tasks to) or
+    # "upstream".
     runs_on: str
     capacity: Callable[[Facts, str], Capacity]
     # "module.Class" of this mode's runner (RunnerFactory): built in every
@@ -73,6 +75,10 @@ class Mode:
     # envelopes name it), and that thing's own query params.
     workload: str | None = None
     params: tuple[Param, ...] = ()
+    # Extension modules its workers cannot load, and why: a workload that
+    # needs one is refused with that reason (a 422), never sent to fail there.
+    cannot_load: tuple[str, ...] = ()
+    cannot_load_because: str = ""
 
     @property
     def runs_workloads(self) -> bool:
@@ -83,9 +89,24 @@ class Mode:
         """This mode's own params from a query (a mode that runs no workload takes them)."""
         return parse_params(self.name, self.params, query)
 
+    def refusal(self, workload: str, needs: Sequence[str]) -> str | None:
+        """Why this mode cannot run `workload` (which imports `needs`), or None."""
+        missing = [module for module in needs if module in self.cannot_load]
+        if not missing:
+            return None
+        return f"/{self.name} cannot run {workload}: it needs {' and '.join(missing)}, {self.cannot_load_because}"
+
+    def unavailable(self) -> str | None:
+        """Why this server's Python cannot run this mode at all (its runner's `unavailable`), or None."""
+        check = getattr(runner_class(self), "unavailable", None)
+        return check() if check is not None else None
+
     def describe(self) -> dict[str, Any]:
+        problem = self.unavailable()
         return {
             "name": self.name,
+            "available": problem is None,
+            "unavailable_reason": problem,
             "why": self.why,
             "runs_on": self.runs_on,
             "runs_workloads": self.runs_workloads,
@@ -171,6 +192,17 @@ def _processing(facts: Facts, workload: str) -> Capacity:
     return Capacity(lanes, f"{_plural(lanes, 'worker process')} can compute at once on {_plural(cores(facts), 'core')}")
 
 
+def _interpreting(facts: Facts, workload: str) -> Capacity:
+    lanes = on_cores(processes(facts) * int(facts["interpreter_pool"]), facts, workload)
+    if waits(facts, workload):
+        return Capacity(lanes, f"{_plural(lanes, 'sub-interpreter')} can wait at once")
+    return Capacity(
+        lanes,
+        f"{_plural(lanes, 'sub-interpreter')}, each with its own GIL, can compute at once "
+        f"on {_plural(cores(facts), 'core')}",
+    )
+
+
 def _cluster(facts: Facts, workload: str) -> Capacity:
     dask = facts.get("dask") or {}
     workers = dask.get("workers") or []
@@ -228,6 +260,19 @@ MODES: dict[str, Mode] = {
             _processing,
             runner="lab.runners.ProcessRunner",
             summary="in a process pool",
+        ),
+        Mode(
+            "interpreters",
+            "hands it to a pool of sub-interpreters inside the server process, each with its own GIL "
+            "(PEP 684, PEP 734): pure-Python code runs on every core in one process. Extension modules "
+            "that do not support them yet, numpy among them, cannot be loaded there.",
+            "interpreters",
+            _interpreting,
+            runner="lab.interpreters.InterpreterRunner",
+            summary="in a pool of sub-interpreters",
+            cannot_load=("numpy", "scikit-learn"),
+            cannot_load_because="which cannot be imported in a sub-interpreter (numpy does not support "
+            "per-interpreter GILs yet: numpy issue 24755); run it in /threading or /processing",
         ),
         Mode(
             "distributed",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from lab.errors import LabError
 from lab.settings import Setting
-from workloads.registry import RunRecord
+from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from lab.config import Config
@@ -211,7 +211,8 @@ class PoolRunner:
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         raise NotImplementedError
 
-    def _started(self, job_id: int, worker: int | str) -> None:
+    def _started(self, job_id: int, worker: int | str | None) -> None:
+        """A worker (pid or thread; None: not known yet) has begun job `job_id`: its deadline starts now."""
         job = self._running.get(job_id)
         if job is not None and not job.started.done():
             job.worker = worker

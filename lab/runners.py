@@ -19,7 +19,8 @@ from lab.config import cpu_count
 from lab.pool import PoolRunner
 from lab.settings import Setting, count
 from lab.worker import init_pool_worker, run_in_worker
-from workloads.registry import RunRecord, run_timed, warm_up
+from workloads.registry import run_timed, warm_up
+from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from lab.config import Config

@@ -9,7 +9,8 @@ from typing import Any
 
 from lab.procs import watch_parent
 from workloads.clocks import PROCESS
-from workloads.registry import RunRecord, run_timed
+from workloads.registry import run_timed
+from workloads.timing import RunRecord
 
 _started: Connection | None = None
 

@@ -30,7 +30,8 @@ from lab import loopback
 from lab.errors import LabError
 from lab.modes import ASYNC_PARAMS
 from workloads.params import FloatParam, ParamError, parse_params
-from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, run_timed, waited, warm_up
+from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, run_timed, warm_up
+from workloads.timing import waited
 
 MODE = "wsgi"
 # The upstream call takes the lab's delay param (fanout is the lab's /async business).

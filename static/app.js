@@ -111,6 +111,18 @@ function renderParams() {
   }
 }
 
+// Why this server cannot run a race of `mode` on the workload chosen, or null: a mode its Python lacks
+// (/modes `available`), or one that refuses the workload (/workloads `modes`).
+function cannotRun(mode, workloadName = ui.workload.value) {
+  if (mode.available === false) return `${mode.name} is not available here: ${mode.unavailable_reason}`;
+  const workload = catalog.byName.get(workloadName);
+  if (mode.runs_workloads && workload && workload.modes && !workload.modes.includes(mode.name)) {
+    return `${mode.name} cannot run ${workload.name}: it needs ${listWords(workload.needs)}, which its workers `
+      + "cannot load.";
+  }
+  return null;
+}
+
 function renderModeNotes() {
   for (const item of ui.modeNotes.querySelectorAll("li")) {
     item.classList.toggle("selected", item.dataset.mode === ui.mode.value);
@@ -120,7 +132,11 @@ function renderModeNotes() {
   const workload = catalog.byName.get(ui.workload.value);
   if (!mode.runs_workloads) {
     ui.workloadNote.textContent = `${mode.name} runs no workload of its own: it ${mode.why}`;
-  } else if (workload) {
+  }
+  const refusal = cannotRun(mode);
+  if (refusal) {
+    ui.workloadNote.textContent = refusal;
+  } else if (workload && mode.runs_workloads) {
     ui.workloadNote.textContent = `${workload.description} ${workload.gil_enabled === false
       ? "This interpreter has no GIL: nothing to hold." : workload.releases_gil
         ? "Measured: releases the GIL." : "Measured: holds the GIL."}`;
@@ -136,12 +152,18 @@ function renderModes() {
     const item = html("li");
     item.dataset.mode = mode.name;
     item.append(html("b", mode.name), ` ${mode.why}`);
+    if (mode.available === false) item.append(html("span", ` Not on this server: ${mode.unavailable_reason}`, "note"));
     return item;
   }));
+  for (const option of ui.mode.options) {
+    const mode = catalog.modes.get(option.value);
+    if (mode.available === false) option.textContent = `${mode.name} (not available here)`;
+  }
   const own = modes.filter((mode) => !mode.runs_workloads).map((mode) => mode.name);
   const workers = modes.filter((mode) => mode.runs_workloads).map((mode) => mode.name);
   ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
-    ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another.`;
+    ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another`
+    + " (skipping any mode that cannot run it here).";
   ui.comparisonTitle.textContent = `All ${modes.length} modes, same race`;
 }
 
@@ -351,6 +373,8 @@ function ranOn(race, mode) {
   switch (mode.runs_on) {
     case "threads":
       return plural(workers("thread"), "thread");
+    case "interpreters":
+      return `${plural(workers("interpreter"), "sub-interpreter")} in ${plural(s.worker_pids.length, "process")}`;
     case "event loop":
     case "upstream":
       return "the event loop";
@@ -390,6 +414,7 @@ async function compareAll() {
   const results = [];
   for (const mode of catalog.modes.keys()) {
     if (stopped) break;
+    if (cannotRun(catalog.modes.get(mode))) continue;
     const race = await runRace(readRequest(mode));
     results.push(race);
     ui.compareBody.append(compareRow(race));
@@ -404,6 +429,11 @@ async function compareAll() {
 
 async function runOne() {
   if (!ui.form.reportValidity()) return;
+  const refusal = cannotRun(selectedMode());
+  if (refusal) {
+    ui.status.textContent = refusal;
+    return;
+  }
   stopped = false;
   setRunning(true);
   await runRace(readRequest(ui.mode.value));

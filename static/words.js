@@ -176,6 +176,14 @@ function whyWords(s, mode, server, workload, known) {
           + `computed at once, one per worker${aside}, and the rest waited in the server's queue (hatched) for `
           + "a free worker. More workers than cores would not help: they would take turns on the cores instead."
           + coreWords(known, "worker");
+    case "interpreters":
+      return waits
+        ? `<b>Why:</b> ${name} does not compute: each sub-interpreter waited for one request at a time, and the `
+          + "others queued (hatched) for a free one."
+        : `<b>Why:</b> each sub-interpreter has its own GIL, so ${known.overlap} requests computed at once in one `
+          + `process${aside}, and the rest waited in the server's queue (hatched) for a free interpreter: the `
+          + "parallelism of a process pool without a second process. More interpreters than cores would not help."
+          + coreWords(known, "interpreter");
     case "cluster":
       return waits
         ? `<b>Why:</b> ${name} does not compute: each Dask worker thread waited for one request at a time, and the `

@@ -35,8 +35,10 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     assert body["workload"] == workload
     assert set(body) >= {"params", "result", "server", "worker", "timing"}
     assert set(body["server"]) == {"pid", "task_id"}
-    # A cluster worker also has an address (tcp://host:port): where it ran, machine included.
-    assert set(body["worker"]) == {"pid", "thread"} | ({"address"} if mode == "distributed" else set())
+    # A cluster worker also has an address (tcp://host:port): where it ran, machine included; a
+    # sub-interpreter its interpreter's id.
+    extra = {"distributed": {"address"}, "interpreters": {"interpreter"}}.get(mode, set())
+    assert set(body["worker"]) == {"pid", "thread"} | extra
     timing = body["timing"]
     assert set(timing) == {
         "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "gil_wait_ms", "total_ms"

@@ -33,7 +33,7 @@ def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     assert isinstance(listed, list)
     assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep"]
     for entry in listed:
-        assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "gil_enabled"}
+        assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "needs", "gil_enabled", "modes"}
         assert entry["releases_gil"] is WORKLOADS[entry["name"]].releases_gil
         assert entry["gil_enabled"] is True  # this interpreter has its GIL (a free-threaded one would say false)
         for param in entry["params"]:

@@ -30,7 +30,8 @@ from lab.pool import PoolRunner
 from lab.settings import Setting, count
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get
-from workloads.registry import RunRecord, run_timed
+from workloads.registry import run_timed
+from workloads.timing import RunRecord
 
 TOY_POOL = Setting(
     "--toy-pool", count(1), 3, metavar="N", help="toys that run at once, per server process (default: %(default)s)"

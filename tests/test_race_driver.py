@@ -96,7 +96,10 @@ def test_an_async_race_takes_async_params(server: LabServer) -> None:
     [
         ("not json", "not JSON"),
         ("[1, 2]", "JSON object"),
-        (json.dumps({"mode": "turbo"}), "mode must be one of: blocking, threading, processing, distributed, async"),
+        (
+            json.dumps({"mode": "turbo"}),
+            "mode must be one of: blocking, threading, processing, interpreters, distributed, async",
+        ),
         (json.dumps({"mode": "processing", "workload": "nope"}), "unknown workload"),
         (
             json.dumps({"mode": "processing", "workload": "count", "params": {"n": "0"}}),
@@ -153,7 +156,7 @@ def test_plain_get_is_a_json_error(server: LabServer) -> None:
 
 def test_options_publish_the_limits_the_driver_enforces(server: LabServer) -> None:
     options = get(f"{server.url}/race/options").json()
-    assert options["modes"] == ["blocking", "threading", "processing", "distributed", "async"]
+    assert options["modes"] == ["blocking", "threading", "processing", "interpreters", "distributed", "async"]
     assert (options["concurrency"]["min"], options["concurrency"]["max"], options["concurrency"]["default"]) == (
         1,
         50,

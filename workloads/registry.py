@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from workloads import cpu, io, ml, numeric
-from workloads.clocks import THREAD, Clocks, split
+from workloads.clocks import THREAD, Clocks
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
+from workloads.timing import RunRecord, time_call
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,8 @@ class Workload:
     # It spends its time waiting, not computing: it needs a free thread or
     # worker, not a core, so the ideal does not cap it by the core count.
     waits: bool = False
+    # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes.py).
+    needs: tuple[str, ...] = ()
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         return parse_params(self.name, self.params, query)
@@ -38,6 +39,7 @@ class Workload:
             "description": self.description,
             "releases_gil": self.releases_gil,
             "waits": self.waits,
+            "needs": list(self.needs),
             "params": [p.describe() for p in self.params],
         }
 
@@ -68,6 +70,7 @@ WORKLOADS: dict[str, Workload] = {
                 IntParam("repeat", 15, 1, 50, "how many products"),
             ),
             releases_gil=True,
+            needs=("numpy",),
         ),
         Workload(
             "train",
@@ -78,6 +81,7 @@ WORKLOADS: dict[str, Workload] = {
                 IntParam("trees", 300, 1, 2000, "number of trees"),
             ),
             releases_gil=True,
+            needs=("numpy", "scikit-learn"),
         ),
         Workload(
             "predict",
@@ -85,6 +89,7 @@ WORKLOADS: dict[str, Workload] = {
             "scikit-learn inference with a forest trained once per worker process.",
             (IntParam("rows", 80_000, 1, 2_000_000, "digit images to classify"),),
             releases_gil=True,
+            needs=("numpy", "scikit-learn"),
         ),
         Workload(
             "sleep",
@@ -100,66 +105,10 @@ WORKLOADS: dict[str, Workload] = {
 DEFAULT_WORKLOAD = "count"
 
 
-class RunRecord(TypedDict):
-    """What one run reports back from wherever it ran (pickled out of pool workers)."""
-
-    result: Any
-    pid: int
-    thread: str
-    started: float
-    finished: float
-    # CPU seconds the run took where it ran (its thread's, or its process's); None where nothing ran.
-    cpu: float | None
-    # Seconds it was runnable but had no core (schedstat's run queue); None where not measured.
-    core_wait: float | None
-    # Seconds it was neither computing nor waiting for a core, on a thread of a
-    # process with a GIL: waiting for the GIL (workloads/clocks.py); None where not told.
-    gil_wait: float | None
-    # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
-    address: NotRequired[str]
-
-
 def run_timed(name: str, params: dict[str, Any], clocks: Clocks = THREAD) -> RunRecord:
-    """Run workload `name`, timing it where it runs: in the worker, not the caller.
-
-    Wall time, CPU time and run-queue time: the rest of the wall time the run
-    was blocked, which for pure-Python code on a thread is the GIL. The clocks
-    are the thread's by default (threads share their process); a process that
-    runs one job at a time passes PROCESS, so that BLAS threads count too.
-    """
+    """Run workload `name`, timing it where it runs: in the worker, not the caller (workloads/timing.py)."""
     workload = WORKLOADS[name]
-    queued = clocks.core_wait()
-    cpu = clocks.cpu()
-    started = time.time()
-    result = workload.func(**params)
-    finished = time.time()
-    cpu = clocks.cpu() - cpu
-    after = clocks.core_wait()
-    core_wait = None if queued is None or after is None else max(0.0, after - queued)
-    return {
-        "result": result,
-        "pid": os.getpid(),
-        "thread": threading.current_thread().name,
-        "started": started,
-        "finished": finished,
-        "cpu": cpu,
-        "core_wait": core_wait,
-        "gil_wait": split(finished - started, cpu, core_wait, waits=workload.waits),
-    }
-
-
-def waited(result: Any, started: float) -> RunRecord:
-    """The record of a call that only waited, on this thread: nothing computed on anyone's behalf."""
-    return {
-        "result": result,
-        "pid": os.getpid(),
-        "thread": threading.current_thread().name,
-        "started": started,
-        "finished": time.time(),
-        "cpu": None,
-        "core_wait": None,
-        "gil_wait": None,
-    }
+    return time_call(workload.func, params, waits=workload.waits, clocks=clocks)
 
 
 def warm_up() -> int:

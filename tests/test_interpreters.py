@@ -1,0 +1,106 @@
+"""/interpreters: a pool of sub-interpreters in the server process, each with its own GIL (Python 3.12+).
+
+The first tests hold on every Python (what the mode says of itself and
+refuses); the rest need one that can run it (3.12-3.13 with the
+interpreters-pep-734 backport, or 3.14+): CI runs this file on 3.13 too.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from lab import interp_worker
+from lab.modes import MODES
+from tests.conftest import StartServer
+from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
+from tests.lab_server import LabServer, copies, get, get_many, pool_stats
+from workloads.registry import WORKLOADS
+
+MODE = MODES["interpreters"]
+AVAILABLE = interp_worker.unavailable() is None
+needs_interpreters = pytest.mark.skipif(not AVAILABLE, reason=f"{interp_worker.unavailable()}")
+
+
+def test_modes_says_whether_this_python_can_run_it(server: LabServer) -> None:
+    listed = {mode["name"]: mode for mode in get(f"{server.url}/modes").json()}
+    entry = listed["interpreters"]
+    assert (entry["available"], entry["unavailable_reason"]) == (AVAILABLE, interp_worker.unavailable())
+    assert entry["flags"] == ["--interpreter-pool"] and entry["runs_on"] == "interpreters"
+    assert all(mode["available"] for name, mode in listed.items() if name != "interpreters")
+
+
+def test_the_reasons_name_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    check = interp_worker.unavailable.__wrapped__  # (the cached one answers for this Python)
+    monkeypatch.setattr(sys, "version_info", (3, 11, 9, "final", 0))
+    assert "need Python 3.12 or later" in str(check())
+    monkeypatch.setattr(sys, "version_info", (3, 13, 0, "final", 0))
+
+    def no_backport() -> type:
+        raise ImportError("No module named 'interpreters_backport'")
+
+    monkeypatch.setattr(interp_worker, "executor_class", no_backport)
+    assert "pip install interpreters-pep-734" in str(check())
+
+
+def test_workloads_that_need_numpy_are_refused_with_the_reason(server: LabServer) -> None:
+    listed = {w["name"]: w for w in get(f"{server.url}/workloads").json()}
+    for name, workload in WORKLOADS.items():
+        refused = "numpy" in workload.needs
+        assert ("interpreters" in listed[name]["modes"]) is not refused, name
+        assert listed[name]["needs"] == list(workload.needs)
+        assert {"blocking", "threading", "processing"} <= set(listed[name]["modes"])
+    reason = MODE.refusal("predict", WORKLOADS["predict"].needs)
+    assert reason is not None and "numpy and scikit-learn" in reason and "/processing" in reason
+    assert MODE.refusal("count", WORKLOADS["count"].needs) is None
+    # Over HTTP: a 422 where the mode runs, else the 501 that says why it cannot; the server goes on.
+    reply = get(f"{server.url}/interpreters/matmul?n=10")
+    if AVAILABLE:
+        assert_error(reply, 422, "numpy", "sub-interpreter")
+    else:
+        assert_error(reply, 501, "/interpreters cannot run on this server")
+    assert get(f"{server.url}/ping").status == 200
+
+
+@pytest.mark.skipif(AVAILABLE, reason="this Python runs the mode")
+def test_a_python_without_it_answers_501_with_the_reason(server: LabServer) -> None:
+    assert_error(get(f"{server.url}/interpreters/count?n=10"), 501, str(interp_worker.unavailable()))
+    assert get(f"{server.url}/processing/count?n=10").json()["result"] == 10
+
+
+def test_its_lanes_are_its_interpreters_capped_by_the_cores() -> None:
+    facts = {"cpu_count": 2, "processes": 1, "interpreter_pool": 4, "waits": {"sleep": True}}
+    assert MODE.capacity(facts, "count").lanes == 2
+    assert "each with its own GIL" in MODE.capacity(facts, "count").because
+    assert MODE.capacity(facts, "sleep").lanes == 4
+
+
+@needs_interpreters
+def test_runs_in_the_server_process_on_interpreters_with_their_own_gil(start_server: StartServer) -> None:
+    lab = start_server("--interpreter-pool", "2")
+    replies = get_many(copies(f"{lab.url}/interpreters/count?n=3000000", 4))
+    bodies = [reply.json() for reply in replies]
+    for body in bodies:
+        assert_envelope(body, "interpreters", "count")
+        assert body["result"] == 3_000_000
+        assert body["worker"]["pid"] == lab.pid  # one process: the server's own
+        assert body["worker"]["thread"].startswith("lab-interp")
+    interpreters = {body["worker"]["interpreter"] for body in bodies}
+    assert len(interpreters) == 2 and 0 not in interpreters  # the pool's two, never the main interpreter
+    assert max_concurrency(run_intervals(replies)) == 2
+    # Each has a GIL of its own: the runs waited for a core at times, almost never for a GIL.
+    run = sum(body["timing"]["run_ms"] for body in bodies)
+    assert sum(body["timing"]["gil_wait_ms"] for body in bodies) < 0.1 * run
+    pool = pool_stats(lab.url, "interpreters")
+    assert (pool["kind"], pool["size"], pool["submitted"]) == ("interpreters", 2, 4)
+    assert get(f"{lab.url}/stats").json()["server"]["interpreter_pool"] == 2
+
+
+@needs_interpreters
+def test_a_workload_that_waits_and_bad_input(server: LabServer) -> None:
+    body = get(f"{server.url}/interpreters/sleep?seconds=0.05").json()
+    assert_envelope(body, "interpreters", "sleep")
+    assert body["timing"]["gil_wait_ms"] is None  # its blocked time is its own wait
+    assert_error(get(f"{server.url}/interpreters/count?n=-1"), 400, "n")
+    assert get(f"{server.url}/interpreters/fib?n=10").json()["result"] == 55

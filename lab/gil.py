@@ -27,14 +27,29 @@ class GilMeter:
 
     def __init__(self) -> None:
         self._knocker: KnockKnock | None = None
+        self._wanted = False
 
     def start(self) -> None:
-        if self._knocker is None and gil_enabled():  # without a GIL there is nothing to contend for
+        self._wanted = True
+        self._follow_the_gil()
+
+    def _follow_the_gil(self) -> None:
+        # Without a GIL there is nothing to contend for; on a free-threaded
+        # build an extension that is not marked safe turns it back on while
+        # the process runs, so each reading asks again.
+        if not self._wanted:
+            return
+        enabled = gil_enabled()
+        if enabled and self._knocker is None:
             self._knocker = KnockKnock(POLL_US, SAMPLE_US, PAUSE_US)
             self._knocker.start()
+        elif not enabled and self._knocker is not None:
+            self._knocker.stop()
+            self._knocker = None
 
     def read(self) -> float | None:
-        """Contention since the last read, 0-1; None when not measured (no GIL, or not started)."""
+        """Contention since the last read, 0-1; None when not measured (no GIL now, or not started)."""
+        self._follow_the_gil()
         if self._knocker is None:
             return None
         value = float(self._knocker.contention_metric)
@@ -42,6 +57,7 @@ class GilMeter:
         return round(min(1.0, max(0.0, value)), 3)
 
     def stop(self) -> None:
+        self._wanted = False
         if self._knocker is not None:
             self._knocker.stop()
             self._knocker = None

@@ -244,7 +244,9 @@ export function summaryParagraphs(race, catalog) {
         + "while another had room (see --accept in docs/modes.md)."));
   }
   if (s.ping_count) p.push(pingWords(s, mode, workload));
-  const gil = gilWords(s);
+  const gil = server.gil_enabled === false
+    ? "No GIL meter reading: this interpreter runs without a GIL (a free-threaded build), so there is none to wait for."
+    : gilWords(s);
   if (gil) p.push(gil);
   if (s.failed) {
     const statuses = [...new Set(race.responses.filter((r) => r.status !== 200).map((r) => r.status))];

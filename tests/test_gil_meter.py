@@ -44,7 +44,15 @@ def test_without_a_gil_nothing_is_measured_and_threads_compute_in_parallel(monke
     assert gil_enabled() is False
     meter = GilMeter()
     meter.start()
-    assert meter.read() is None
+    try:
+        assert meter.read() is None
+        # An extension that is not free-threading-safe turns the GIL back on: the meter starts reading.
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True, raising=False)
+        assert meter.read() is not None
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+        assert meter.read() is None
+    finally:
+        meter.stop()
     facts = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "gil_enabled": False,
              "releases_gil": {"count": False}, "waits": {"count": False}}  # fmt: skip
     threading = MODES["threading"].capacity(facts, "count")

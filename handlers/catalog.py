@@ -36,7 +36,7 @@ class WorkloadsHandler(LabHandler):
 
 
 class ModesHandler(LabHandler):
-    """Every mode (the registry, lab/modes.py): what it does, where its work runs, its own params."""
+    """Every mode (the registry, lab/modes.py): what it does, where it runs, its params, whether it runs here."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

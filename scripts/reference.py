@@ -98,12 +98,15 @@ def routes_table() -> str:
 
 
 def workloads_table() -> str:
+    from lab.modes import MODES  # noqa: PLC0415
     from workloads.registry import WORKLOADS  # noqa: PLC0415
 
-    lines = ["| workload | params (default; range) | GIL | what it is |", "|---|---|---|---|"]
+    lines = ["| workload | params (default; range) | GIL | needs | what it is |", "|---|---|---|---|---|"]
     for w in WORKLOADS.values():
         gil = "waits, released" if w.waits else "released" if w.releases_gil else "held"
-        lines.append(f"| `{w.name}` | {_param_words(w.params)} | {gil} | {cell(w.description)} |")
+        refusing = [f"`/{m.name}`" for m in MODES.values() if m.refusal(w.name, w.needs)]
+        needs = ", ".join(w.needs) + (f" (not in {', '.join(refusing)})" if refusing else "") if w.needs else "–"
+        lines.append(f"| `{w.name}` | {_param_words(w.params)} | {gil} | {needs} | {cell(w.description)} |")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 # (chromium_path fails, never skips, when there is no chromium: CI installs it.)
 from bench.page import CHROMIUM_ARGS, Meters, chromium_path, family, settle
 from lab import ROOT
+from lab.modes import MODES
 from tests.bench_helpers import is_png
 from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer
@@ -229,6 +230,19 @@ def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
     assert all("×" in row for row in rows), rows
     assert page.locator("#thumbnails svg").count() == 5
     done(visit, "compare")
+
+
+@pytest.mark.skipif(MODES["interpreters"].unavailable() is None, reason="this Python runs every mode")
+def test_a_mode_this_python_cannot_run_says_why_and_runs_nothing(visit: Visit) -> None:
+    page = visit.page
+    expect(page.locator("#mode option[value=interpreters]")).to_have_text("interpreters (not available here)")
+    page.select_option("#mode", "interpreters")
+    expect(page.locator("#workload-note")).to_contain_text("not available here: sub-interpreters")
+    expect(page.locator("#mode-notes li[data-mode=interpreters]")).to_contain_text("Not on this server")
+    page.click("#run")
+    expect(page.locator("#status")).to_contain_text("Python 3.12 or later")
+    assert page.locator("#run:not([disabled])").count() == 1  # nothing started
+    done(visit, "unavailable-mode")
 
 
 def test_the_peers_view_shows_the_latest_comparison(visit: Visit) -> None:

@@ -15,6 +15,11 @@ fair       The default when forked. A child takes one connection per wake-up and
            yet known holds a whole process, for at most ACCEPT_GRACE_S.
 reuseport  One SO_REUSEPORT socket per child: the kernel hashes each connection
            to one of them, so the spread is random and blind to load.
+dispatch   The parent accepts every connection and passes it (SCM_RIGHTS) to the
+           child that holds least of its capacity, from the same occupancy as
+           fair, which each child reports up its channel (lab/dispatch.py). No
+           child stops answering: a connection never waits for a child to have
+           room, only for its event loop.
 
 With one server process there is nothing to share and every policy is `all`.
 """
@@ -29,6 +34,7 @@ POLICIES = {
     "fair": "one at a time, only while a child has room (even spread)",
     "all": "Tornado's own, a child that wakes takes every waiting connection",
     "reuseport": "a socket per child, the kernel hashes connections to them",
+    "dispatch": "the parent accepts and hands each connection to the least busy child",
 }
 
 # A connection that has sent no request after this long stops holding its

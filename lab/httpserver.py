@@ -13,6 +13,8 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
+from lab.dispatch import FromParent
+
 if TYPE_CHECKING:
     from lab.lifecycle import Lifecycle
 
@@ -33,9 +35,11 @@ _JSON_400 = (
 )
 
 
-def make_http_server(app: Application, fair: Lifecycle | None = None) -> LabHTTPServer:
-    """The server for `app`; with `fair`, it accepts as lab/accept.py's fair policy says, from what `fair` holds."""
+def make_http_server(app: Application, lifecycle: Lifecycle | None = None, *, fair: bool = False) -> LabHTTPServer:
+    """The server for `app`. With `lifecycle`, each connection is told to it (what the process holds);
+    with `fair` too, it accepts as lab/accept.py's fair policy says, from what the lifecycle holds."""
     server = LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
+    server.lifecycle = lifecycle
     server.fair = fair
     return server
 
@@ -43,27 +47,42 @@ def make_http_server(app: Application, fair: Lifecycle | None = None) -> LabHTTP
 class LabHTTPServer(HTTPServer):
     """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line.
 
-    With `fair` set it also accepts one connection per wake-up, and listens
-    only while this process has room (lab/accept.py): each connection it
-    accepts and closes is told to `fair`, the requests' lifecycle.
+    With a `lifecycle`, each connection it takes and closes is told to it, so
+    that the process knows what it holds (lab/accept.py). With `fair` it also
+    accepts one connection per wake-up and listens only while the process has
+    room; with `take_from` it accepts nothing and is handed its connections
+    by the forked parent (lab/dispatch.py), which it tells how busy it is.
     """
 
-    fair: Lifecycle | None = None
+    lifecycle: Lifecycle | None = None
+    fair = False
     _listening = False
+    _parent: FromParent | None = None
+
+    def take_from(self, channel: socket.socket) -> None:
+        """Serve the connections the dispatching parent sends down `channel` (--accept dispatch)."""
+        if self.lifecycle is None:
+            raise RuntimeError("take_from() needs the lifecycle, to report what this process holds")
+        self._parent = FromParent(channel, self.lifecycle.occupancy, self._handle_connection)
+
+    def stop(self) -> None:
+        if self._parent is not None:
+            self._parent.close()  # the parent sends new connections to the other children
+        super().stop()
 
     def add_sockets(self, sockets: Iterable[socket.socket]) -> None:
-        if self.fair is None:
+        if not self.fair or self.lifecycle is None:
             super().add_sockets(sockets)
             return
         for sock in sockets:
             self._sockets[sock.fileno()] = sock
             # What stop() calls for each socket before closing it.
             self._handlers[sock.fileno()] = self._listen_as_room_allows
-        self.fair.occupancy.on_change = self._listen_as_room_allows
+        self.lifecycle.occupancy.on_change = self._listen_as_room_allows
         self._listen_as_room_allows()
 
     def _listen_as_room_allows(self) -> None:
-        wanted = not self._stopped and self.fair is not None and not self.fair.occupancy.full
+        wanted = not self._stopped and self.lifecycle is not None and not self.lifecycle.occupancy.full
         if wanted == self._listening:
             return
         loop = IOLoop.current()
@@ -82,13 +101,13 @@ class LabHTTPServer(HTTPServer):
         self._handle_connection(connection, address)  # -> handle_stream: holds a whole unit
 
     def on_close(self, server_conn: object) -> None:
-        if self.fair is not None:
-            self.fair.disconnected(server_conn.stream)  # type: ignore[attr-defined]
+        if self.lifecycle is not None:
+            self.lifecycle.disconnected(server_conn.stream)  # type: ignore[attr-defined]
         super().on_close(server_conn)
 
     def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
-        if self.fair is not None:
-            self.fair.connected(stream)
+        if self.lifecycle is not None:
+            self.lifecycle.connected(stream)
         # Tornado writes the bare 400 from deep inside HTTP1Connection, which
         # offers no hook; swapping those exact bytes on this one stream is the
         # smallest change that keeps every error in the lab's JSON shape.

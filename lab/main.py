@@ -32,6 +32,7 @@ from tornado.web import Application
 from lab import logs
 from lab.accept import reserve_port
 from lab.config import Config, parse_args
+from lab.dispatch import Dispatcher
 from lab.httpserver import LabHTTPServer, make_http_server
 from lab.modes import preflight
 from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, kill_children, watch_parent
@@ -74,14 +75,34 @@ def defer_stop_signals() -> None:
         signal.signal(sig, note)
 
 
-def fork_children(count: int, spare: set[int]) -> int:
-    """Fork `count` servers with tornado.process.fork_processes; returns in each child.
+def fork_children(
+    count: int, spare: set[int], dispatch_from: list[socket.socket] | None = None
+) -> tuple[int, socket.socket | None]:
+    """Fork `count` servers; returns in each child: its task id, and its channel from a dispatching parent.
 
-    The parent stays inside fork_processes, restarting children that crash.
-    It forwards SIGTERM/SIGINT to the children (Tornado does not) and exits
-    once all of them have stopped cleanly. `spare` are child pids that are
-    not servers (the embedded upstream): the caller stops those last.
+    With `dispatch_from` (--accept dispatch), the parent keeps those sockets
+    and hands out their connections (lab/dispatch.py). Otherwise it stays
+    inside tornado.process.fork_processes, restarting children that crash,
+    and forwards SIGTERM/SIGINT to the children (Tornado does not). Either
+    way it exits once all of them have stopped cleanly. `spare` are child
+    pids that are not servers (the embedded upstream): the caller stops
+    those last.
     """
+    channel = None
+    if dispatch_from is not None:
+        if early_signals:  # a stop came before the fork: nothing to start
+            sys.exit(0)
+        task_id, channel = Dispatcher(dispatch_from, count).run()
+    else:
+        task_id = _fork_processes(count, spare)
+    # From here on we are a child: a stop before serve() is noted, not fatal.
+    defer_stop_signals()
+    watch_parent()
+    return task_id, channel
+
+
+def _fork_processes(count: int, spare: set[int]) -> int:
+    """tornado.process.fork_processes, with stop signals forwarded to the children; returns in a child."""
     stopping = False
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -96,12 +117,9 @@ def fork_children(count: int, spare: set[int]) -> int:
     for sig in STOP_SIGNALS:
         signal.signal(sig, forward)
     task_id = fork_processes(count)
-    # From here on we are a child: a stop before serve() is noted, not fatal.
-    defer_stop_signals()
     if stopping:  # forked (or restarted) while the parent shuts down: nothing to do
         log.info("stopped during start-up")
         sys.exit(0)
-    watch_parent()
     return task_id
 
 
@@ -117,8 +135,10 @@ async def serve(
     board: Board,
     base_url: str,
     task_id: int | None,
+    channel: socket.socket | None = None,
 ) -> bool:
-    """One server process: runners, app, HTTP server. True if every request finished."""
+    """One server process: runners, app, HTTP server (its connections from `sockets`, or handed down
+    `channel` by a dispatching parent). True if every request finished."""
     stop, hurry = _stop_events()
     # Warming the process pool takes seconds; a stop signal must not wait for it.
     starting = asyncio.ensure_future(Services.start(config, base_url, task_id, board))
@@ -136,8 +156,12 @@ async def serve(
     gc.freeze()
     if config.debug:
         autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
-    fair = services.lifecycle if config.forked and config.accept == "fair" else None
-    server = make_http_server(make_app(config, services), fair=fair)
+    # Fair accept and dispatch both decide from what each process holds; the others need not know.
+    policy = config.accept if config.forked else "all"
+    lifecycle = services.lifecycle if policy in ("fair", "dispatch") else None
+    server = make_http_server(make_app(config, services), lifecycle, fair=policy == "fair")
+    if channel is not None:
+        server.take_from(channel)
     server.add_sockets(sockets)
     await stop.wait()
     return await _stop(server, services, hurry)
@@ -222,12 +246,18 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     policy = f", accept policy {config.accept}" if config.forked else ""
     log.info("serving on %s/ with %d process(es)%s; Ctrl-C stops", base_url, config.process_count, policy)
     try:
-        task_id = None
+        task_id, channel = None, None
         if config.forked:
-            task_id = fork_children(config.process_count, {upstream.process.pid} if upstream else set())
+            dispatch_from = sockets if config.accept == "dispatch" else None
+            spare = {upstream.process.pid} if upstream else set()
+            task_id, channel = fork_children(config.process_count, spare, dispatch_from)
         if reuse_port:
             sockets = bind_sockets(port, config.host, backlog=LISTEN_BACKLOG, reuse_port=True)
-        finished = asyncio.run(serve(config, sockets, make_app, board=board, base_url=base_url, task_id=task_id))
+        if channel is not None:
+            sockets = []  # (closed in the child by the fork: the parent accepts on them)
+        finished = asyncio.run(
+            serve(config, sockets, make_app, board=board, base_url=base_url, task_id=task_id, channel=channel)
+        )
     finally:
         if os.getpid() == parent and upstream is not None:
             upstream.stop()

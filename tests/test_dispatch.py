@@ -1,0 +1,97 @@
+"""--accept dispatch: the forked parent accepts and hands each connection to the least busy child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections import Counter
+from urllib.parse import urlsplit
+
+import psutil
+
+from tests.conftest import StartServer
+from tests.lab_server import LabServer, Reply, copies, get, get_many, probe_during
+from tests.procs import wait_for
+
+DISPATCH = ("--processes", "2", "--process-pool", "1", "--accept", "dispatch")
+
+
+def _spread(replies: list[Reply]) -> list[int]:
+    """Requests per server process, most first."""
+    return sorted(Counter(r.json()["server"]["pid"] for r in replies).values(), reverse=True)
+
+
+def _children(lab: LabServer) -> set[int]:
+    """The server processes: the parent's children other than the embedded upstream."""
+    kids = psutil.Process(lab.pid).children()
+    return {p.pid for p in kids if "upstream" not in " ".join(p.cmdline())}
+
+
+def test_a_burst_is_spread_evenly_and_the_parent_serves_nothing(start_server: StartServer) -> None:
+    lab = start_server(*DISPATCH)
+    # A blocking sleep fills its child's event loop but no core: only the dispatch decides, every burst.
+    for _ in range(3):
+        replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.2", 10))
+        assert [r.status for r in replies] == [200] * 10
+        assert len(_spread(replies)) == 2 and _spread(replies)[1] >= 4, _spread(replies)
+    answered = {r.json()["server"]["pid"] for r in replies}
+    assert answered == _children(lab) and lab.pid not in answered
+    assert {r.json()["server"]["task_id"] for r in replies} == {0, 1}
+    assert "accept policy dispatch" in lab.log()
+
+
+def test_ping_is_answered_while_every_child_computes(start_server: StartServer) -> None:
+    # Under --accept fair both children would be full and stop accepting: the probe would wait in the
+    # kernel's queue until a run ended. Dispatched, it reaches a child whose event loop is free.
+    lab = start_server(*DISPATCH)
+    jobs, ping = probe_during(
+        copies(f"{lab.url}/threading/count?n=15000000", 4),
+        f"{lab.url}/ping",
+        running=lambda: (
+            sum(p["pools"]["threading"]["running"] for p in get(f"{lab.url}/stats").json()["processes"]) == 4
+        ),
+    )
+    assert [j.status for j in jobs] == [200] * 4 and ping.status == 200
+    assert len({j.json()["server"]["pid"] for j in jobs}) == 2  # both children were computing
+    assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)
+
+
+def test_a_client_that_sends_nothing_blocks_no_one(start_server: StartServer) -> None:
+    lab = start_server(*DISPATCH)
+    address = urlsplit(lab.url)
+    silent = [socket.create_connection((address.hostname, address.port)) for _ in range(4)]
+    try:
+        replies = get_many(copies(f"{lab.url}/processing/count?n=1000", 6))
+        assert [r.status for r in replies] == [200] * 6
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_killed_child_is_replaced_and_the_survivor_serves_meanwhile(start_server: StartServer) -> None:
+    lab = start_server(*DISPATCH)
+    before = _children(lab)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    # (A connection handed over in the instant before the parent saw it die would die with it.)
+    assert wait_for(lambda: "exited with signal 9; forking a replacement" in lab.log())
+    replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.05", 6))
+    assert [r.status for r in replies] == [200] * 6
+    assert victim not in {r.json()["server"]["pid"] for r in replies}
+    assert wait_for(lambda: len(_children(lab)) == 2 and victim not in _children(lab))
+    replacement = (_children(lab) - before).pop()
+
+    def replacement_answers() -> bool:
+        replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.2", 6))
+        return replacement in {r.json()["server"]["pid"] for r in replies}
+
+    assert wait_for(replacement_answers)  # it gets connections once it has started
+
+
+def test_sigterm_to_the_parent_ends_everything(start_server: StartServer) -> None:
+    lab = start_server(*DISPATCH)
+    assert len(_children(lab)) == 2
+    lab.remember_descendants()
+    assert lab.terminate() == 0
+    assert lab.survivors() == []

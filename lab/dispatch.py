@@ -112,6 +112,7 @@ class Dispatcher:
                     key.data(key.fileobj)
                 if self.stopping:
                     self._stop_accepting()
+                self._read_reports()
                 self._send_pending()
                 self._reap()
         except InChild as child:
@@ -130,7 +131,6 @@ class Dispatcher:
         theirs.close()
         ours.setblocking(False)
         self.children[task_id] = Child(task_id, pid, ours)
-        self.selector.register(ours, selectors.EVENT_READ, lambda _: self._read_reports(self.children[task_id]))
 
     def _forget_in_child(self) -> None:
         """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection."""
@@ -143,7 +143,16 @@ class Dispatcher:
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)  # main() installs the child's own at once
 
-    def _read_reports(self, child: Child) -> None:
+    def _read_reports(self) -> None:
+        """Every child's latest report, read when a choice needs them (and on each turn of the loop).
+
+        Not on arrival: a report would wake the parent once per connection,
+        and its CPU comes out of the children's.
+        """
+        for child in list(self.children.values()):
+            self._read_reports_of(child)
+
+    def _read_reports_of(self, child: Child) -> None:
         channel = child.channel
         while channel is not None:
             try:
@@ -159,7 +168,6 @@ class Dispatcher:
 
     def _close_channel(self, child: Child) -> None:
         if child.channel is not None:
-            self.selector.unregister(child.channel)
             child.channel.close()
             child.channel = None
 
@@ -207,6 +215,7 @@ class Dispatcher:
     # ---------- connections ----------
 
     def _accept(self, listener: socket.socket) -> None:
+        self._read_reports()
         for _ in range(BATCH):
             try:
                 connection, _address = listener.accept()
@@ -256,8 +265,9 @@ class FromParent:
         self.occupancy = occupancy
         self.take = take  # what accepting would do with it: TCPServer._handle_connection
         self.received = 0
+        self._reporting = False
         channel.setblocking(False)
-        occupancy.on_change = self.report
+        occupancy.on_change = self._report_soon
         IOLoop.current().add_handler(channel.fileno(), self._receive, IOLoop.READ)
 
     def _receive(self, fd: int, events: int) -> None:
@@ -271,7 +281,7 @@ class FromParent:
                 return
             for descriptor in fds:
                 self._take(socket.socket(fileno=descriptor))
-            self.report()
+            self._report_soon()
 
     def _take(self, connection: socket.socket) -> None:
         self.received += 1
@@ -283,7 +293,16 @@ class FromParent:
             return
         self.take(connection, address)
 
+    def _report_soon(self) -> None:
+        # One report per turn of the event loop, however many changes it
+        # made (a connection taken, its request begun and ended): each
+        # report wakes the parent, whose CPU comes out of the children's.
+        if not self._reporting:
+            self._reporting = True
+            IOLoop.current().add_callback(self.report)
+
     def report(self) -> None:
+        self._reporting = False
         # Full (the next change reports again) or closed (stopping): nothing to do.
         with contextlib.suppress(OSError):
             self.channel.send(REPORT.pack(self.received, self.occupancy.load))

@@ -112,7 +112,7 @@ class Config:
         Setting(
             "--accept",
             str,
-            "fair",
+            "dispatch",
             choices=tuple(POLICIES),
             help=_choices_help(
                 "how forked children share connections", POLICIES, "default: %(default)s; no effect unforked"

@@ -32,7 +32,7 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -68,6 +68,10 @@ class Child:
     sent: int = 0  # connections sent down the channel
     received: int = 0  # ... of which the child has reported receiving
     load: float = 0.0  # its occupancy at that report
+    # The parent's copies of the connections sent but not yet reported
+    # received, oldest first: if the child dies with them still in its
+    # channel, they can go to another child instead of being lost.
+    in_transit: deque[socket.socket] = field(default_factory=deque)
 
     @property
     def estimate(self) -> float:
@@ -86,9 +90,12 @@ class InChild(Exception):
 class Dispatcher:
     """The parent of a `--accept dispatch` server: forks the children, accepts, hands connections out."""
 
-    def __init__(self, listeners: list[socket.socket], count: int) -> None:
+    def __init__(self, listeners: list[socket.socket], count: int, in_child: Callable[[], None]) -> None:
         self.listeners = listeners
         self.count = count
+        # Installs a fresh child's own stop-signal handlers, first thing after
+        # the fork: until then a signal would run the parent's, on its siblings.
+        self.in_child = in_child
         self.children: dict[int, Child] = {}  # by task id
         self.selector = selectors.DefaultSelector()
         self.pending: deque[socket.socket] = deque()  # accepted, no channel would take it yet
@@ -125,12 +132,17 @@ class Dispatcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
+            self.in_child()
             ours.close()
             self._forget_in_child()
             raise InChild(task_id, theirs)
         theirs.close()
         ours.setblocking(False)
         self.children[task_id] = Child(task_id, pid, ours)
+        # Woken by its reports: each one lets the parent close its copies of
+        # what the child received (a copy left open would hold the connection
+        # open after the child closed it).
+        self.selector.register(ours, selectors.EVENT_READ, lambda _: self._read_reports_of(self.children[task_id]))
 
     def _forget_in_child(self) -> None:
         """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection."""
@@ -140,8 +152,6 @@ class Dispatcher:
         for child in self.children.values():
             if child.channel is not None:
                 child.channel.close()
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)  # main() installs the child's own at once
 
     def _read_reports(self) -> None:
         """Every child's latest report, read when a choice needs them (and on each turn of the loop).
@@ -164,12 +174,37 @@ class Dispatcher:
             if not report:  # the child closed its end: stopping, or dead
                 self._close_channel(child)
                 return
-            child.received, child.load = REPORT.unpack(report)
+            received, child.load = REPORT.unpack(report)
+            for _ in range(received - child.received):
+                child.in_transit.popleft().close()  # the child has it: its copy is the one
+            child.received = received
 
     def _close_channel(self, child: Child) -> None:
         if child.channel is not None:
+            self.selector.unregister(child.channel)
             child.channel.close()
             child.channel = None
+        self._recover(child)
+
+    def _recover(self, child: Child) -> None:
+        """A child gone with connections on their way: those whose request is still unread go to another.
+
+        One whose bytes the child may have read already (nothing to peek, yet
+        open) is closed: sent elsewhere it would wait for a request that is
+        gone; closed, its client sees the failure at once.
+        """
+        resend = []
+        while child.in_transit:
+            connection = child.in_transit.popleft()
+            try:
+                unread = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                unread = b""
+            if unread:
+                resend.append(connection)
+            else:
+                connection.close()
+        self.pending.extendleft(reversed(resend))  # first in line, in their order
 
     def _reap(self) -> None:
         for child in list(self.children.values()):
@@ -183,8 +218,10 @@ class Dispatcher:
                 self._replace(child, status)
 
     def _replace(self, child: Child, status: int) -> None:
-        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {os.WEXITSTATUS(status)}"
-        log.warning("child %d (pid %d) exited with %s; forking a replacement", child.task_id, child.pid, how)
+        # In tornado.process.fork_processes's words, which the other policies log.
+        how = f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else (
+            f"exited with status {os.WEXITSTATUS(status)}")  # fmt: skip
+        log.warning("child %d (pid %d) %s, restarting", child.task_id, child.pid, how)
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             raise RuntimeError("too many child restarts, giving up")
@@ -194,7 +231,8 @@ class Dispatcher:
         """SIGTERM/SIGINT: each child gets SIGTERM and stops in its own time; the loop stops accepting."""
         self.stopping = True
         for child in self.children.values():
-            os.kill(child.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # died just now: _reap collects it
+                os.kill(child.pid, signal.SIGTERM)
 
     def _listen(self, wanted: bool) -> None:
         if wanted == self._listening:
@@ -225,10 +263,12 @@ class Dispatcher:
             self._send_pending()
 
     def _send_pending(self) -> None:
+        # (The parent's copy of a connection sent is closed when its child reports it received.)
         while self.pending:
-            if not self._send(self.pending[0]):
+            connection = self.pending.popleft()
+            if not self._send(connection):
+                self.pending.appendleft(connection)
                 return  # no channel takes it now: retried after the next wake-up
-            self.pending.popleft().close()  # the child has its own copy now
 
     def _send(self, connection: socket.socket) -> bool:
         """Hand `connection` to the least busy child that will take it; False if none would."""
@@ -242,6 +282,7 @@ class Dispatcher:
                 self._close_channel(child)  # it has gone; _reap replaces it
                 continue
             child.sent += 1
+            child.in_transit.append(connection)
             return True
         return False
 

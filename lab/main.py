@@ -91,8 +91,9 @@ def fork_children(
     channel = None
     if dispatch_from is not None:
         if early_signals:  # a stop came before the fork: nothing to start
+            log.info("stopped during start-up")
             sys.exit(0)
-        task_id, channel = Dispatcher(dispatch_from, count).run()
+        task_id, channel = Dispatcher(dispatch_from, count, in_child=defer_stop_signals).run()
     else:
         task_id = _fork_processes(count, spare)
     # From here on we are a child: a stop before serve() is noted, not fatal.

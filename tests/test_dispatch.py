@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import psutil
 
+from lab.config import build_parser, parse_args
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, Reply, copies, get, get_many, probe_during
 from tests.procs import wait_for
@@ -26,6 +29,11 @@ def _children(lab: LabServer) -> set[int]:
     """The server processes: the parent's children other than the embedded upstream."""
     kids = psutil.Process(lab.pid).children()
     return {p.pid for p in kids if "upstream" not in " ".join(p.cmdline())}
+
+
+def test_dispatch_is_the_default_when_forked() -> None:
+    assert parse_args(["--processes", "2"]).accept == "dispatch"
+    assert "(default: dispatch" in " ".join(build_parser().format_help().split())
 
 
 def test_a_burst_is_spread_evenly_and_the_parent_serves_nothing(start_server: StartServer) -> None:
@@ -75,7 +83,7 @@ def test_a_killed_child_is_replaced_and_the_survivor_serves_meanwhile(start_serv
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
     # (A connection handed over in the instant before the parent saw it die would die with it.)
-    assert wait_for(lambda: "exited with signal 9; forking a replacement" in lab.log())
+    assert wait_for(lambda: f"(pid {victim}) killed by signal 9, restarting" in lab.log())
     replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.05", 6))
     assert [r.status for r in replies] == [200] * 6
     assert victim not in {r.json()["server"]["pid"] for r in replies}
@@ -87,6 +95,27 @@ def test_a_killed_child_is_replaced_and_the_survivor_serves_meanwhile(start_serv
         return replacement in {r.json()["server"]["pid"] for r in replies}
 
     assert wait_for(replacement_answers)  # it gets connections once it has started
+
+
+def test_connections_still_on_their_way_to_a_killed_child_go_to_the_other(start_server: StartServer) -> None:
+    lab = start_server(*DISPATCH)
+
+    def attempt(url: str) -> int | None:
+        try:
+            return get(url, timeout=30).status
+        except OSError:  # reset: it was in the killed child's hands
+            return None
+
+    with ThreadPoolExecutor(6) as pool:
+        # Both event loops blocked for 3 s, then four more connections: two wait in each child's channel.
+        long = [pool.submit(attempt, f"{lab.url}/blocking/sleep?seconds=3&_={i}") for i in range(2)]
+        time.sleep(0.5)
+        short = [pool.submit(attempt, f"{lab.url}/blocking/sleep?seconds=0.1&_={i}") for i in range(4)]
+        time.sleep(0.5)
+        os.kill(min(_children(lab)), signal.SIGKILL)
+        # Its own run fails; the two it had not taken yet still had their requests unread: served elsewhere.
+        assert sorted([f.result() for f in long], key=str) == [200, None]
+        assert [f.result() for f in short] == [200] * 4
 
 
 def test_sigterm_to_the_parent_ends_everything(start_server: StartServer) -> None:

@@ -40,7 +40,7 @@ def _spread(replies: list[Reply]) -> list[int]:
 def test_fair_accept_spreads_a_burst_over_both_children(start_server: StartServer) -> None:
     # A blocking sleep fills its child (its event loop is busy) but no core, so
     # a loaded machine cannot skew this: only the accept policy decides.
-    lab = start_server("--processes", "2", "--process-pool", "1")  # --accept fair is the default
+    lab = start_server("--processes", "2", "--process-pool", "1", "--accept", "fair")
     spreads = []
     for _ in range(3):  # the kernel decides which child wakes first: allow two unlucky bursts
         replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.2", 10))

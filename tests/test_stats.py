@@ -76,7 +76,7 @@ def test_busy_workers_and_waiting_jobs_are_visible(start_server: StartServer) ->
 
 
 def test_any_forked_child_reports_all_children(start_server: StartServer) -> None:
-    lab = start_server("--processes", "2", "--process-pool", "1")
+    lab = start_server("--processes", "2", "--process-pool", "1", "--accept", "fair")
     seen, sent = lab.reach_every_child(2)
     served_by = {pid for pid, _ in seen}
     assert len(served_by) == 2
@@ -91,7 +91,7 @@ def test_any_forked_child_reports_all_children(start_server: StartServer) -> Non
         return int(stats["server"]["answered_by"]["pid"])
 
     # Which child accepts is the kernel's choice, so the test makes each answer
-    # /stats in turn: with the fair accept policy (the forked default) a child
+    # /stats in turn: with the fair accept policy a child
     # running a /blocking request accepts nothing else. No poll can tell that a
     # run has started (its child cannot answer); 0.5 s is ample for a local
     # request to arrive.

@@ -54,7 +54,9 @@ def test_threads_of_pure_python_wait_mostly_for_the_gil(server: LabServer) -> No
 def test_a_process_pool_worker_waits_for_no_gil(server: LabServer) -> None:
     split = shares(burst(server, "processing", 4))
     assert split["gil_wait"] < 0.1
-    assert split["cpu"] > 0.5
+    # Its run was computing, or waiting for a core (how much of each depends on what else this machine
+    # runs: the suite's other worker, say), and nothing else.
+    assert split["cpu"] + split["core_wait"] > 0.9
 
 
 @pytest.mark.usefixtures("hogs")

@@ -29,13 +29,14 @@ from typing import Any, TextIO
 if __package__ in (None, ""):  # run as `python bench/race.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
+from bench import charts, rounds
 from bench.args import (
     CONCURRENCY,
     NO_FILES,
     OUT,
     PARAM,
     REPS,
+    ROUNDS,
     SERVER_ARGS,
     SOLO_RUNS,
     URL,
@@ -82,8 +83,20 @@ class Progress:
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("bench.race", __doc__)
     URL.add(parser)
-    parser.add_argument("--mode", choices=list(MODES), default="processing")
+    parser.add_argument(
+        "--mode",
+        type=_mode_list,
+        default=["processing"],
+        metavar="MODE[,MODE...]",
+        help=f"the mode to race, or several in turn ({', '.join(MODES)}; default: processing)",
+    )
     parser.add_argument("--all", action="store_true", help="race every mode, one after another")
+    ROUNDS.add(
+        parser,
+        default=1,
+        help="race every mode N times, in turn (A, B, then A, B again), and print each figure's median and "
+        "range; warns when t ranged over more than 15%% of its median (default: 1)",
+    )
     WORKLOAD.add(parser, help="workload name (ignored by modes that run none: async)")
     PARAM.add(parser, help="workload (or, with --mode async, async) param, repeatable: -p n=5000000")
     parser.add_argument("--delay", type=float, metavar="S", help="/async upstream delay (default: the server's, 1 s)")
@@ -118,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _mode_list(text: str) -> list[str]:
+    modes = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in modes if name not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"unknown mode {', '.join(unknown) or repr(text)}; modes: {', '.join(MODES)}")
+    return modes
+
+
 def race_params(args: argparse.Namespace, mode: str) -> dict[str, str]:
     """-p params go to the workload; /async takes --delay (or -p when it is the only mode)."""
     if MODES[mode].runs_workloads:
@@ -129,9 +150,9 @@ def race_params(args: argparse.Namespace, mode: str) -> dict[str, str]:
 
 
 def _modes(args: argparse.Namespace, base: str) -> list[str]:
-    """--all: every mode the server can run the workload in (the others named on stderr); else --mode."""
+    """--all: every mode the server can run the workload in (the others named on stderr); else --mode's."""
     if not args.all:
-        return [args.mode]
+        return list(args.mode)
     runnable, skipped = server_modes(base, args.workload, timeout=30.0)
     for why in skipped:
         print(f"skipping {why}", file=sys.stderr)
@@ -139,14 +160,14 @@ def _modes(args: argparse.Namespace, base: str) -> list[str]:
 
 
 def run_races(args: argparse.Namespace, base: str, on_event: Callable[[Event], None] | None) -> list[dict[str, Any]]:
-    """Every requested race, in order; each as {"summary", "responses", "pings"}."""
+    """Every requested race, in order, round after round; each as {"round", "summary", "responses", "pings"}."""
     results = []
-    for mode in _modes(args, base):
+    for number, mode in rounds.schedule(_modes(args, base), args.rounds):
         spec = RaceSpec(base, mode, args.workload, race_params(args, mode), args.concurrency, reps=args.reps,
                         solo_runs=args.solo_runs, warmup_s=args.warmup, measure_capacity=not args.no_capacity,
                         ping_every=args.ping_every, ping_batch=args.ping_batch)  # fmt: skip
         summary, responses, pings = race(spec, on_event)
-        results.append({"summary": summary, "responses": responses, "pings": pings})
+        results.append({"round": number, "summary": summary, "responses": responses, "pings": pings})
     return results
 
 
@@ -155,6 +176,7 @@ def write_files(out: Path, base: str, results: list[dict[str, Any]]) -> list[Pat
     out.mkdir(parents=True, exist_ok=True)
     doc: list[dict[str, Any]] = [
         {
+            "round": r["round"],
             "summary": asdict(r["summary"]),
             "responses": [asdict(x) for x in r["responses"]],
             "pings": [asdict(p) for p in r["pings"]],
@@ -162,18 +184,33 @@ def write_files(out: Path, base: str, results: list[dict[str, Any]]) -> list[Pat
         for r in results
     ]
     data = out / "race.json"
-    data.write_text(json.dumps({"url": base, "races": doc}, indent=1) + "\n")
+    several = any(r["round"] > 1 for r in results)
+    # The order the races ran in, and with rounds each mode's medians and ranges.
+    order = [r["summary"].mode for r in results]
+    extra = {"rounds": rounds.summarise(_rows(results))} if several else {}
+    data.write_text(json.dumps({"url": base, "order": order, "races": doc, **extra}, indent=1) + "\n")
     written = [data]
     for race_doc in doc:
-        written.append(charts.timeline(out / f"timeline-{race_doc['summary']['mode']}.png", **race_doc))
+        suffix = f"-{race_doc['round']}" if several else ""
+        drawn = {key: value for key, value in race_doc.items() if key != "round"}
+        written.append(charts.timeline(out / f"timeline-{race_doc['summary']['mode']}{suffix}.png", **drawn))
     return written
+
+
+def _rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each race's summary as a table row, its endpoint its mode."""
+    return [{"endpoint": r["summary"].mode, "round": r["round"], **asdict(r["summary"])} for r in results]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_ranges(
-        parser, ("-c", args.concurrency, 1, 200), ("-r", args.reps, 1, 100), ("--solo-runs", args.solo_runs, 1, 20)
+        parser,
+        ("-c", args.concurrency, 1, 200),
+        ("-r", args.reps, 1, 100),
+        ("--solo-runs", args.solo_runs, 1, 20),
+        ("--rounds", args.rounds, 1, 20),
     )
     return args
 
@@ -201,8 +238,10 @@ def _run(args: argparse.Namespace, on_event: Callable[[Event], None] | None) -> 
 def report(args: argparse.Namespace, base: str, results: list[dict[str, Any]]) -> None:
     """The table, and the files with their paths (on stderr with --jsonl: stdout carries JSON lines only)."""
     out = sys.stderr if args.jsonl else sys.stdout
-    summaries = [{"endpoint": r["summary"].mode, **asdict(r["summary"])} for r in results]
+    summaries = _rows(results)
     print(text_table(summaries, (*COLUMNS, SPREAD_COLUMN, *PING_COLUMNS, *INSTRUMENT_COLUMNS)), file=out)
+    if any(r["round"] > 1 for r in results):
+        print(f"\nover {args.rounds} rounds, in turn:\n{rounds.table(rounds.summarise(summaries))}", file=out)
     if not args.no_files:
         for path in write_files(args.out or new_results_dir("race-"), base, results):
             print(f"wrote {path}", file=out)

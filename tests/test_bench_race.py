@@ -67,6 +67,35 @@ def test_without_batching_every_probe_is_an_event_with_the_gil_reading(start_ser
 
 
 @pytest.mark.timeout(300)  # a whole bench run on a lab server that starts a Dask cluster
+@pytest.mark.timeout(240)
+def test_rounds_alternate_the_modes_and_print_medians_and_ranges(start_server: StartServer, tmp_path: Path) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    out = tmp_path / "rounds"
+    done = run([sys.executable, "-m", "bench.race", "--url", lab.url, "--mode", "processing,threading", "--rounds",
+                "2", "--workload", "count", "-p", "n=300000", "-c", "4", "--no-capacity", "--out", str(out),
+                "--quiet"], timeout=200)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = json.loads((out / "race.json").read_text())
+    assert doc["order"] == ["processing", "threading", "processing", "threading"]
+    assert [race["round"] for race in doc["races"]] == [1, 1, 2, 2]
+    for race in doc["races"]:  # each round its own ideals
+        assert race["summary"]["cpu_ideal_s"] > 0 and race["summary"]["cpu_ratio"] > 0
+    assert [(s["endpoint"], s["rounds"]) for s in doc["rounds"]] == [("processing", 2), ("threading", 2)]
+    for entry in doc["rounds"]:
+        assert entry["elapsed_s"]["min"] <= entry["elapsed_s"]["median"] <= entry["elapsed_s"]["max"]
+    lines = done.stdout.splitlines()
+    over = lines.index("over 2 rounds, in turn:")
+    assert [line.split()[0] for line in lines[over + 3 : over + 5]] == ["processing", "threading"]
+    assert {p.name for p in out.glob("timeline-*.png")} == {
+        f"timeline-{mode}-{n}.png" for mode in ("processing", "threading") for n in (1, 2)
+    }
+
+
+def test_an_unknown_mode_in_a_list_is_a_usage_error() -> None:
+    done = run([sys.executable, "-m", "bench.race", "--mode", "processing,turbo", "--no-files"], timeout=30)
+    assert done.returncode == 2 and "unknown mode turbo" in done.stderr
+
+
 def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "race"

@@ -47,6 +47,9 @@ options:
                       time, before anything is timed (default: 3; async: one request)
   --solo-runs N       solo requests per endpoint before siege, and again after;
                       their median is the single-run time t of the ideal (default: 3)
+  --rounds N          bench every endpoint N times, in turn (all of them, then all again), and
+                      print each figure's median and range; warns when t moved by more
+                      than 15 % of its median (default: 1)
   --server-args ARGS  extra flags for the servers it starts: --server-args '--process-pool 4'
   --out DIR           results folder (default: bench/results/<timestamp>/)
   -h, --help          show this help
@@ -55,7 +58,8 @@ environment: PYTHON  interpreter with the lab's requirements (default: .venv/bin
 
 Writes to the results folder: summary.json, summary.md, machine.json, the
 siegerc siege ran with, and per endpoint the raw siege output (NAME.siege.json,
-NAME.siege.stderr) and its solo timings (NAME.plan.json).
+NAME.siege.stderr) and its solo timings (NAME.plan.json); with --rounds, each
+round's endpoints are NAME-rN, and rounds.json holds the medians and ranges.
 
 Needs siege: sudo apt-get install siege. Exit status 2 if it is missing or an
 option is wrong, 1 if a step fails.
@@ -76,7 +80,7 @@ value_arg() {  # OPTION VALUE: present, or exit 2
     [[ -n $2 ]] || die "$1 needs a value"
 }
 
-CONCURRENCY=10 REPS=1 WORKLOAD="" DELAY="" SOLO_RUNS=3 WARMUP=3 SERVER_ARGS="" URL="" FORKED_URL="" OUT=""
+CONCURRENCY=10 REPS=1 WORKLOAD="" DELAY="" SOLO_RUNS=3 WARMUP=3 SERVER_ARGS="" URL="" FORKED_URL="" OUT="" ROUNDS=1
 PARAMS=()
 ARGV="$*"
 while (($#)); do
@@ -90,6 +94,7 @@ while (($#)); do
     -p | --param) [[ ${2:-} == ?*=* ]] || die "$1 needs NAME=VALUE, got '${2:-}'"; PARAMS+=("$2"); shift ;;
     --delay) [[ ${2:-} =~ ^[0-9]*\.?[0-9]+$ ]] || die "--delay needs seconds, got '${2:-}'"; DELAY=$2; shift ;;
     --solo-runs) count_arg "$1" "${2:-}"; SOLO_RUNS=$2; shift ;;
+    --rounds) count_arg "$1" "${2:-}"; ROUNDS=$2; shift ;;
     --warmup) [[ ${2:-} =~ ^[0-9]*\.?[0-9]+$ ]] || die "--warmup needs seconds, got '${2:-}'"; WARMUP=$2; shift ;;
     --server-args) (($# > 1)) || die "$1 needs flags (quoted, as one argument)"; SERVER_ARGS=$2; shift ;;
     --out) value_arg "$1" "${2:-}"; OUT=$2; shift ;;
@@ -210,9 +215,11 @@ FORKED_URL=${FORKED_URL%/}
 # Our own rc file (-R): a user's ~/.siege/siege.conf must not change what is measured.
 step siegerc --dir "$OUT"
 
-bench_endpoint() {  # NAME BASE MODE
-    local name=$1 base=$2 mode=$3 url rc=0 p
-    local args=(--base "$base" --name "$name" --mode "$mode" --dir "$OUT" --solo-runs "$SOLO_RUNS" --warmup "$WARMUP")
+bench_endpoint() {  # GROUP BASE MODE ROUND: the endpoint GROUP, or GROUP-rROUND with --rounds
+    local group=$1 base=$2 mode=$3 round=$4 url rc=0 p name=$1
+    if ((ROUNDS > 1)); then name=$group-r$round; fi
+    local args=(--base "$base" --name "$name" --group "$group" --round "$round" --mode "$mode" --dir "$OUT"
+        --solo-runs "$SOLO_RUNS" --warmup "$WARMUP")
     if [[ -n $WORKLOAD ]]; then args+=(--workload "$WORKLOAD"); fi
     for p in "${PARAMS[@]}"; do args+=(-p "$p"); done
     if [[ -n $DELAY ]]; then args+=(--delay "$DELAY"); fi
@@ -230,14 +237,16 @@ bench_endpoint() {  # NAME BASE MODE
 # Every mode the server can run the workload in (its /modes: the registry in lab/modes.py), in its order.
 step modes --base "$URL" --workload "$WORKLOAD" >"$OUT/.step"
 mapfile -t MODES <"$OUT/.step"
-for mode in "${MODES[@]}"; do
-    bench_endpoint "$mode" "$URL" "$mode"
+for ((round = 1; round <= ROUNDS; round++)); do
+    for mode in "${MODES[@]}"; do
+        bench_endpoint "$mode" "$URL" "$mode" "$round"
+    done
+    if [[ -n $FORKED_URL ]]; then
+        # The forked server's own lesson: how its children share the burst (the spread column).
+        bench_endpoint forked-blocking "$FORKED_URL" blocking "$round"
+        bench_endpoint forked-threading "$FORKED_URL" threading "$round"
+    fi
 done
-if [[ -n $FORKED_URL ]]; then
-    # The forked server's own lesson: how its children share the burst (the spread column).
-    bench_endpoint forked-blocking "$FORKED_URL" blocking
-    bench_endpoint forked-threading "$FORKED_URL" threading
-fi
 rm -f "$OUT/.step"
 
 step machine --dir "$OUT" "${FLAGS[@]}" --argv "bench/siege.sh $ARGV"

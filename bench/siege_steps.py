@@ -24,6 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import rounds
 from bench.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, new_parser, param_pair, run_command
 from bench.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
 from bench.ideal import cpu_ideal_makespan, ideal_makespan, lanes
@@ -93,6 +94,8 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
     elapsed = float(siege["elapsed_time"])
     row = {
         "endpoint": plan["name"],
+        "group": plan.get("group", plan["name"]),
+        "round": plan.get("round", 1),
         "elapsed_s": elapsed,
         "mean_s": float(siege["response_time"]),
         "shortest_s": float(siege["shortest_transaction"]),
@@ -144,6 +147,8 @@ def prepare(args: argparse.Namespace) -> int:
     counts, cpu = served_by_process(base, args.mode, args.timeout)
     plan = {
         "name": args.name,
+        "group": args.group or args.name,
+        "round": args.round,
         "base": base,
         "url": url,
         "mode": args.mode,
@@ -233,6 +238,11 @@ def report(args: argparse.Namespace) -> int:
     (args.dir / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.dir / "summary.md").write_text(_markdown(rows, args))
     print(text_table(rows, TABLE))
+    several = max(row["round"] for row in rows)
+    if several > 1:
+        summary = rounds.summarise(rows, group="group")
+        (args.dir / "rounds.json").write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"\nover {several} rounds, in turn:\n{rounds.table(summary, group='group')}")
     return 0
 
 
@@ -348,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = step("prepare", prepare, "warm up one endpoint and time solo requests")
     BASE.add(sub)
     sub.add_argument("--name", required=True, help="endpoint name in the table and file names")
+    sub.add_argument("--group", default="", help="the endpoint this is a round of (default: --name)")
+    sub.add_argument("--round", type=int, default=1, help="which round (siege.sh --rounds)")
     sub.add_argument("--mode", required=True, choices=list(MODES))
     WORKLOAD.add(sub, default="", help="workload (default: the route's own)")
     PARAM.add(sub)

@@ -92,6 +92,24 @@ def test_help_and_bad_options() -> None:
 
 
 @pytest.mark.siege
+@pytest.mark.timeout(300)
+def test_rounds_bench_every_endpoint_in_turn(siege: str, start_server: StartServer, tmp_path: Path) -> None:
+    lab = start_server("--process-pool", "2", "--no-access-log")
+    out = tmp_path / "results"
+    done = subprocess.run([SIEGE_SH, "--url", lab.url, *TINY, "--solo-runs", "1", "--rounds", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=270, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = read_results(out)
+    assert [r["endpoint"] for r in rows] == [f"{mode}-r{n}" for n in (1, 2) for mode in MODES]
+    assert [(r["group"], r["round"]) for r in rows] == [(mode, n) for n in (1, 2) for mode in MODES]
+    summary = json.loads((out / "rounds.json").read_text())
+    assert [(s["group"], s["rounds"]) for s in summary] == [(mode, 2) for mode in MODES]
+    lines = done.stdout.splitlines()
+    over = lines.index("over 2 rounds, in turn:")
+    assert [line.split()[0] for line in lines[over + 3 : over + 3 + len(MODES)]] == MODES
+
+
+@pytest.mark.siege
 @pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_against_a_running_server(siege: str, start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")

@@ -40,8 +40,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/compare.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
-from bench.args import OUT, new_parser, run_command
+from bench import charts, rounds
+from bench.args import OUT, ROUNDS, new_parser, run_command
 from bench.engine import get, race
 from bench.peers import BIN, Running, WorkerView
 from bench.presets import PRESETS, Load, Preset
@@ -55,7 +55,7 @@ from lab.procs import EmbeddedUpstream
 # The keys every row of compare.json carries (README, "Peers").
 ROW_KEYS = ("server", "config", "workload", "endpoint", "concurrency", "elapsed_s", "mean_s", "ideal_s", "ratio",
             "cpu_ideal_s", "cpu_ratio", "ping_p50_ms", "ping_max_ms", "spread", "peak_processes", "peak_threads",
-            "rss_mb")  # fmt: skip
+            "rss_mb", "round")  # fmt: skip
 
 COLUMNS = columns(
     "server", "config", "workload", Column("concurrency", "c", "{:d}"), "elapsed_s", "mean_s", "ideal_s", "ratio",
@@ -203,8 +203,10 @@ def run_preset(preset: Preset, run: Run) -> None:
     cores = cpu_count()
     loads = preset.loads(run.args.quick)
     upstream = EmbeddedUpstream.start()
+    setups = preset.setups(cores, run.args.quick)
     try:
-        for setup in preset.setups(cores, run.args.quick):
+        # With --rounds, every configuration once per round, in turn: a slow minute falls on all alike.
+        for number, setup in rounds.schedule(setups, run.args.rounds):
             mine = [load for load in loads if load.kind in setup.serves]
             if not mine:
                 continue
@@ -218,7 +220,7 @@ def run_preset(preset: Preset, run: Run) -> None:
                 continue
             try:
                 for load in mine:
-                    run.rows.append(measure(run, server, load))
+                    run.rows.append({**measure(run, server, load), "round": number})
             except (RuntimeError, OSError, subprocess.SubprocessError) as error:
                 run.failed.append(f"{name}: {error}")
                 print(f"error: {name}: {error}", file=sys.stderr)
@@ -230,15 +232,28 @@ def run_preset(preset: Preset, run: Run) -> None:
         upstream.stop()
 
 
+def median_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration and load, the row of its median round (by makespan): one row each, as one round gives."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_group(row), []).append(row)
+    return [sorted(group, key=lambda r: r["elapsed_s"])[(len(group) - 1) // 2] for group in groups.values()]
+
+
+def _group(row: dict[str, Any]) -> str:
+    return f"{row['server']} {row['config']} {row['workload']} c={row['concurrency']}"
+
+
 def write(run: Run, preset: Preset) -> list[Path]:
     out = run.out
-    findings = preset.findings(run.rows)
+    findings = preset.findings(median_rounds(run.rows))
     (out / "compare.json").write_text(json.dumps(run.rows, indent=1) + "\n")
     (out / "findings.json").write_text(json.dumps(
         {"preset": preset.name, "question": preset.question, "quick": run.args.quick, "findings": findings,
          "not_measured": run.failed,
          "workers": run.workers, "machine": machine_facts(None)}, indent=1) + "\n")  # fmt: skip
-    lines = [f"# {preset.question}", "", markdown_table(run.rows, COLUMNS), "", "## Findings", ""]
+    lines = [f"# {preset.question}", "", markdown_table(run.rows, COLUMNS), *rounds_lines(run.rows), "",
+             "## Findings", ""]  # fmt: skip
     lines += [f"- {finding}" for finding in findings]
     if run.failed:
         lines += ["", "## Not measured", "", *(f"- {failure.splitlines()[0]}" for failure in run.failed)]
@@ -259,6 +274,14 @@ def write(run: Run, preset: Preset) -> list[Path]:
                                                                                             run.rows)]  # fmt: skip
 
 
+def rounds_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """With rounds, their medians and ranges (the findings read each configuration's median round)."""
+    if max((row["round"] for row in rows), default=1) < 2:
+        return []
+    summary = rounds.summarise([{**row, "group": _group(row)} for row in rows], group="group")
+    return ["", "## Over the rounds", "", "```", rounds.table(summary, group="group"), "```"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("bench.compare", __doc__)
     parser.add_argument(
@@ -266,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="small workloads and fewer configurations: a short run")
     parser.add_argument("--no-siege", action="store_true", help="the Python race only (siege is not installed)")
+    ROUNDS.add(
+        parser,
+        default=1,
+        help="measure every configuration N times, in turn, and print the medians and ranges; the findings "
+        "read each configuration's median round (default: 1)",
+    )
     OUT.add(parser, help="folder for the results (default: a new one)")
     return parser
 
@@ -293,8 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Whatever was measured is kept, and says what it lacks: minutes of measuring are not thrown away.
     written = write(run, preset)
     print(text_table(run.rows, COLUMNS))
+    print("\n".join(rounds_lines(run.rows)[3:-1]))
     print()
-    for finding in preset.findings(run.rows):
+    for finding in preset.findings(median_rounds(run.rows)):
         print(f"- {finding}")
     for failure in run.failed:
         print(f"- not measured: {failure.splitlines()[0]}")

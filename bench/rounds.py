@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # A range of t wider than this share of its median: the host was unstable.
 UNSTABLE_T = 0.15
@@ -27,9 +29,9 @@ FIGURES = (
 )
 
 
-def schedule(names: Sequence[str], rounds: int) -> list[tuple[int, str]]:
-    """(round, name) in the order to run them: every name once per round, rounds one after another."""
-    return [(number, name) for number in range(1, rounds + 1) for name in names]
+def schedule(items: Sequence[T], rounds: int) -> list[tuple[int, T]]:
+    """(round, item) in the order to run them: every item once per round, rounds one after another."""
+    return [(number, item) for number in range(1, rounds + 1) for item in items]
 
 
 def spread(values: Iterable[float | None]) -> dict[str, float] | None:

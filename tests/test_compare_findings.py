@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from bench import findings
+from bench.compare import median_rounds, rounds_lines
 
 
 def row(server: str, config: str, elapsed: float, *, workload: str = "count", spread: tuple[int, ...] = (10,),
@@ -98,3 +99,13 @@ def test_coroutines_count_the_rounds_threads_need() -> None:
     found = findings.coroutines(rows)
     assert "uwsgi -p 1 --gevent 1000 held every wait at once" in found[1]
     assert "ceil(200/10) = 20 rounds: 20.10 s (20 measured)" in found[2]
+
+
+def test_with_rounds_the_findings_read_each_configuration_s_median_round() -> None:
+    rounds = [{**row("uwsgi", "-p 2", elapsed), "round": n} for n, elapsed in ((1, 3.0), (2, 9.0), (3, 4.0))]
+    rounds += [{**row("lab", "/processing", 5.0), "round": 1}]
+    medians = median_rounds(rounds)
+    assert [(r["server"], r["elapsed_s"], r["round"]) for r in medians] == [("uwsgi", 4.0, 3), ("lab", 5.0, 1)]
+    lines = rounds_lines(rounds)
+    assert lines[1] == "## Over the rounds" and "uwsgi -p 2 count c=10" in "\n".join(lines)
+    assert rounds_lines([{**row("lab", "/processing", 5.0), "round": 1}]) == []  # one round: nothing to add

@@ -34,6 +34,10 @@ const ui = {
   comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
   thumbnails: $("#thumbnails"),
+  rounds: $("#rounds"),
+  roundsSummary: $("#rounds-summary"),
+  roundsBody: $("#rounds-table tbody"),
+  roundsWarning: $("#rounds-warning"),
   peers: $("#peers"),
   peersView: $("#peers-view"),
   peersStatus: $("#peers-status"),
@@ -164,7 +168,7 @@ function renderModes() {
   ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
     ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another`
     + " (skipping any mode that cannot run it here).";
-  ui.comparisonTitle.textContent = `All ${modes.length} modes, same race`;
+  ui.comparisonTitle.textContent = `All ${modes.filter((mode) => mode.available !== false).length} modes, same race`;
 }
 
 function listWords(items) {
@@ -205,6 +209,7 @@ function setRunning(busy) {
   const hadFocus = focused === ui.run || focused === ui.compare || focused === ui.stop;
   ui.run.disabled = busy;
   ui.compare.disabled = busy;
+  ui.rounds.disabled = busy;
   ui.stop.hidden = !busy;
   ui.form.setAttribute("aria-busy", busy ? "true" : "false");
   if (hadFocus) (busy ? ui.stop : ui.run).focus();
@@ -383,11 +388,11 @@ function ranOn(race, mode) {
   }
 }
 
-function compareRow(race) {
+function compareRow(race, round) {
   const s = race.summary;
   const mode = catalog.modes.get(race.request.mode);
   const tr = document.createElement("tr");
-  const th = html("th", race.request.mode);
+  const th = html("th", round ? `${race.request.mode} #${round}` : race.request.mode);
   th.scope = "row";
   tr.append(th, html("td", describeRun(race.request, mode)));
   if (!s) {
@@ -403,6 +408,38 @@ function compareRow(race) {
   return tr;
 }
 
+// Each mode's median and range over the rounds, and a warning when its t moved more than pyperf would trust.
+function showRounds(races, modes) {
+  const UNSTABLE_T = 0.15;
+  const spread = (values) => {
+    const known = values.filter((v) => v !== null && v !== undefined).sort((a, b) => a - b);
+    if (!known.length) return null;
+    const mid = Math.floor(known.length / 2);
+    const median = known.length % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2;
+    return { median, min: known[0], max: known[known.length - 1] };
+  };
+  const cell = (s, show) => (s ? `${show(s.median)} (${show(s.min)}–${show(s.max)})` : "–");
+  const warnings = [];
+  ui.roundsBody.replaceChildren(...modes.map((mode) => {
+    const done = races.filter((race) => race.request.mode === mode && race.summary).map((race) => race.summary);
+    const t = spread(done.map((s) => s.solo_s));
+    if (t && done.length > 1 && (t.max - t.min) / t.median > UNSTABLE_T) {
+      warnings.push(`${mode}: t ranged ${sec(t.min)}–${sec(t.max)} (${Math.round(100 * (t.max - t.min) / t.median)} % `
+        + "of its median)");
+    }
+    const tr = html("tr");
+    const th = html("th", mode);
+    th.scope = "row";
+    tr.append(th, ...[cell(spread(done.map((s) => s.elapsed_s)), sec), cell(t, sec),
+      cell(spread(done.map((s) => s.ratio)), ratioText), cell(spread(done.map((s) => s.cpu_ratio)), ratioText)]
+      .map((text) => html("td", text)));
+    return tr;
+  }));
+  ui.roundsWarning.textContent = warnings.length ? `The host was unstable: ${warnings.join("; ")}. Trust the ratio `
+    + "to the runs' own CPU time over the ratio to the ideal." : "";
+  ui.roundsSummary.hidden = false;
+}
+
 async function compareAll() {
   if (!ui.form.reportValidity()) return;
   stopped = false;
@@ -411,17 +448,24 @@ async function compareAll() {
   delete ui.comparison.dataset.complete;
   ui.compareBody.replaceChildren();
   ui.thumbnails.replaceChildren();
+  ui.roundsSummary.hidden = true;
   const results = [];
-  for (const mode of catalog.modes.keys()) {
-    if (stopped) break;
-    if (cannotRun(catalog.modes.get(mode))) continue;
-    const race = await runRace(readRequest(mode));
-    results.push(race);
-    ui.compareBody.append(compareRow(race));
-    ui.comparison.hidden = false;
-    if (race.phase !== "done") break;
+  const rounds = Number(ui.rounds.value);
+  const modes = [...catalog.modes.keys()].filter((mode) => !cannotRun(catalog.modes.get(mode)));
+  // Every mode once per round, in turn: a slow minute on a shared host falls on all of them alike.
+  every: for (let round = 1; round <= rounds; round++) {
+    for (const mode of modes) {
+      if (stopped) break every;
+      const race = await runRace(readRequest(mode));
+      race.round = round;
+      results.push(race);
+      ui.compareBody.append(compareRow(race, rounds > 1 ? round : null));
+      ui.comparison.hidden = false;
+      if (race.phase !== "done") break every;
+    }
   }
-  drawThumbnails(results);
+  if (rounds > 1) showRounds(results, modes);
+  drawThumbnails(rounds > 1 ? results.filter((race) => race.round === 1) : results);
   ui.comparison.dataset.complete = "true";
   setRunning(false);
   return results;

@@ -245,6 +245,28 @@ def test_a_mode_this_python_cannot_run_says_why_and_runs_nothing(visit: Visit) -
     done(visit, "unavailable-mode")
 
 
+def test_compare_in_rounds_runs_the_modes_in_turn_and_gives_medians(visit: Visit) -> None:
+    page = visit.page
+    page.select_option("#mode", "async")
+    page.fill("#param-delay", "0.05")
+    page.select_option("#mode", "processing")
+    page.select_option("#workload", "sleep")
+    page.fill("#param-seconds", "0.05")
+    page.fill("#concurrency", "2")
+    page.select_option("#rounds", "2")
+    page.click("#compare")
+    page.wait_for_selector("#comparison[data-complete=true]", timeout=RACE_TIMEOUT_MS)
+    rows = page.eval_on_selector_all("#compare-table tbody th", "cells => cells.map(c => c.textContent)")
+    modes = ["blocking", "threading", "processing", "distributed", "async"]
+    assert rows == [f"{mode} #{n}" for n in (1, 2) for mode in modes]
+    expect(page.locator("#rounds-summary")).to_be_visible()
+    medians = page.eval_on_selector_all("#rounds-table tbody tr", "rows => rows.map(r => r.innerText)")
+    assert [row.split()[0] for row in medians] == modes
+    assert all("(" in row and "–" in row for row in medians), medians  # a median and a range in each
+    assert page.locator("#thumbnails svg").count() == len(modes)  # one round's timelines
+    done(visit, "compare-rounds")
+
+
 def test_the_peers_view_shows_the_latest_comparison(visit: Visit) -> None:
     page = visit.page
     page.click("#peers > summary")

@@ -94,8 +94,6 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
     elapsed = float(siege["elapsed_time"])
     row = {
         "endpoint": plan["name"],
-        "group": plan.get("group", plan["name"]),
-        "round": plan.get("round", 1),
         "elapsed_s": elapsed,
         "mean_s": float(siege["response_time"]),
         "shortest_s": float(siege["shortest_transaction"]),
@@ -125,6 +123,9 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "lanes": lanes(plan["mode"], plan["workload"], server),
         "spread": siege_spread(plan),
         "siege": {k: siege[k] for k in sorted(siege)},
+        # Which endpoint this is a round of, and which round (siege.sh --rounds).
+        "group": plan.get("group", plan["name"]),
+        "round": plan.get("round", 1),
     }
 
 

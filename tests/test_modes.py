@@ -122,7 +122,7 @@ def test_the_bench_and_its_ideal_take_a_new_mode_from_the_registry(monkeypatch: 
     assert lanes("toy", "count", facts) == 3
     assert ideal_makespan("toy", "count", facts, 1.0, 10) == 4.0  # ceil(10/3) rounds
     assert ideal_words("toy", "count", facts, 1.0, 10) == "as many toys as the pool has: 4 rounds of 1.00 s."
-    assert race_cli.build_parser().parse_args(["--mode", "toy"]).mode == "toy"
+    assert race_cli.build_parser().parse_args(["--mode", "toy"]).mode == ["toy"]
     step = ["prepare", "--base", "http://h:1", "--name", "toy", "--mode", "toy", "--dir", "."]
     assert siege_steps.build_parser().parse_args(step).mode == "toy"
 

@@ -10,7 +10,7 @@ endif
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install peers run test test-python lint format docs bench compare system-deps clean
+.PHONY: install peers run test test-python locust lint format docs bench compare system-deps clean
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -29,8 +29,17 @@ $(VENV)/.peers: $(VENV)/.runtime requirements-peers.txt
 	$(BIN)/python -m pip install --quiet -r requirements-peers.txt
 	@touch $@
 
-$(VENV)/.dev: $(VENV)/.peers requirements-dev.txt
+$(VENV)/.dev: $(VENV)/.peers requirements-dev.txt requirements-test.txt requirements-load.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+## locust: Locust's web UI on http://127.0.0.1:8089 against a lab server (LAB=http://127.0.0.1:8000: start it with make run)
+LAB ?= http://127.0.0.1:8000
+locust: $(VENV)/.load
+	$(BIN)/locust -f bench/locustfile.py --host $(LAB) --web-host 127.0.0.1 $(ARGS)
+
+$(VENV)/.load: $(VENV)/.runtime requirements-load.txt
+	$(BIN)/python -m pip install --quiet -r requirements-load.txt
 	@touch $@
 
 ## run: serve http://127.0.0.1:8000 with the embedded upstream (ARGS="--processes 0" etc.)

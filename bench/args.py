@@ -71,7 +71,7 @@ SOLO_RUNS = Flag("--solo-runs", type=int, default=3, metavar="N")
 WARMUP = Flag("--warmup", type=float, metavar="S")
 OUT = Flag("--out", type=Path, metavar="DIR")
 NO_FILES = Flag("--no-files", action="store_true", help="print the table only")
-ROUNDS = Flag("--rounds", type=int)
+ROUNDS = Flag("--rounds", type=int, metavar="N")
 TIMEOUT = Flag("--timeout", type=float, default=60.0, metavar="S")
 
 

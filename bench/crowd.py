@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import shlex
 import subprocess
 import sys
@@ -43,6 +42,7 @@ if __package__ in (None, ""):  # run as `python bench/crowd.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, new_parser, run_command
+from bench.limits import ensure_open_files
 from bench.scale import burst
 from bench.servers import SERVING, LocalServer, stop_server, tree, wait_ready
 from bench.summary import Column, machine_facts, median, new_results_dir, text_table
@@ -50,8 +50,6 @@ from lab import ROOT
 
 SIDES = ("bare", "lab")
 # Sockets a waiting request holds, at most, in any one process (the lab: the client's and its upstream call's).
-SOCKETS_PER_REQUEST = 2
-SPARE_FILES = 512  # the interpreter's, the logs', the pools' pipes
 
 TABLE = (
     Column("side", "side", "{}"),
@@ -61,23 +59,6 @@ TABLE = (
     Column("failed", "failed", "{:d}"),
     Column("cpu_ms_per_request", "server CPU ms/request", "{:.3f}"),
 )
-
-
-def ensure_open_files(concurrency: int) -> None:
-    """Raise this process's open-files limits for `concurrency` waits (children inherit them), or exit 2 saying how."""
-    needed = SOCKETS_PER_REQUEST * concurrency + SPARE_FILES
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))  # allowed as root (CAP_SYS_RESOURCE)
-        except (ValueError, OSError):
-            print(f"error: -c {concurrency} needs {needed} open files per process and the hard limit is {hard}: "
-                  f"run `ulimit -Hn {needed}` as root (or raise nofile in /etc/security/limits.conf), then run "
-                  "this again", file=sys.stderr)  # fmt: skip
-            raise SystemExit(2) from None
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def tally(results: Sequence[tuple[float, float, int]]) -> dict[str, Any]:

@@ -143,7 +143,8 @@ def tool_flags(tool: str) -> frozenset[str] | None:
         shown = subprocess.run([str(ROOT / "bench" / "siege.sh"), "--help"], capture_output=True, text=True,
                                check=True, timeout=30).stdout  # fmt: skip
         return frozenset(FLAG.findall(shown.split("options:", 1)[1]))
-    if tool.startswith(("bench.", "scripts.")) and importlib.util.find_spec(tool) is not None:
+    # (Not bench.locustfile: importing Locust monkey-patches this process with gevent.)
+    if tool.startswith(("bench.", "scripts.")) and tool != "bench.locustfile" and importlib.util.find_spec(tool):
         build = getattr(importlib.import_module(tool), "build_parser", None)
         if build is not None:
             return frozenset(s for a in build()._actions for s in a.option_strings)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.crowd import ensure_open_files, tally
+from bench.crowd import tally
+from bench.limits import ensure_open_files
 from tests.bench_helpers import Tracked
 
 

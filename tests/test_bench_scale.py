@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.scale import build_parser
 from tests.bench_helpers import Tracked, is_png
 
 
@@ -31,3 +34,15 @@ def test_a_tiny_scale_run_measures_each_series_and_stops_every_server(tmp_path: 
     assert by[("per-thread", 6)]["peak_threads"] > by[("threads", 6)]["peak_threads"]
     assert "6 waits of 0.2 s took:" in stdout
     assert (out / "scale.md").exists() and is_png(out / "scale.png")
+
+
+def test_ten_thousand_waits_are_accepted_and_their_open_files_checked_first() -> None:
+    assert build_parser().parse_args(["--levels", "10,10000"]).levels == [10, 10_000]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--levels", "10001"])
+    # Where the machine allows fewer open files than 10,000 waits need, the run ends at once, saying how.
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 20_512:
+        done = subprocess.run([sys.executable, "-m", "bench.scale", "--levels", "10000"],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "10,000 concurrent waits need 20,512 open files" in done.stderr

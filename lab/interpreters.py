@@ -69,6 +69,10 @@ class InterpreterRunner(PoolRunner):
         record["thread"] = names.get(int(record["thread"]), f"native thread {record['thread']}")
         return record
 
+    def ready_note(self) -> str | None:
+        """The pool's size for the start-up log line, where this Python runs one at all."""
+        return None if unavailable() is not None else super().ready_note()
+
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         entry = WORKLOADS[workload]
         future = asyncio.get_running_loop().run_in_executor(self.executor, run, entry.func, params, entry.waits)

@@ -57,3 +57,27 @@ def test_bench_load_writes_the_seed_s_table_the_host_s_and_the_chart(start_serve
     for name in ("locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv"):
         assert (out / name).exists()
     assert is_png(out / "load.png")
+
+
+def _failures(lab_url: str, out: Path) -> int:
+    done = subprocess.run([sys.executable, "-m", "bench.load", "--url", lab_url, "--path",
+                           "/threading/sleep?seconds=0.2", "--users", "8", "--rate", "4", "--requests", "40",
+                           "--every", "1", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    seed = json.loads((out / "load.json").read_text())["locust"]
+    assert seed[-1]["reqs"] == 40
+    return int(seed[-1]["fails"])
+
+
+def test_arrivals_beyond_a_small_max_pending_get_503s_instead_of_a_queue(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    # Eight users at up to 4 requests/s each on one thread that takes 0.2 s a request: far more arrive than
+    # it serves. Bounded at one waiting job, the rest are turned away at once; unbounded, they all queue.
+    bounded = start_server("--no-access-log", "--thread-pool", "1", "--max-pending", "1")
+    unbounded = start_server("--no-access-log", "--thread-pool", "1")
+    assert _failures(bounded.url, tmp_path / "bounded") > 0
+    assert _failures(unbounded.url, tmp_path / "unbounded") == 0
+    failures = (tmp_path / "bounded" / "locust_failures.csv").read_text()
+    assert "503" in failures

@@ -11,8 +11,10 @@ be trusted than the cpu ratio (from the burst's own CPU time).
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -68,6 +70,16 @@ def instability(name: str, t: Mapping[str, float] | None, rounds: int) -> str | 
         f"the host was unstable during {name}: t ranged {t['min']:.3g}-{t['max']:.3g} s ({width:.0%} of its median) "
         f"over {rounds} rounds; trust the cpu ratio over the ratio"
     )
+
+
+def save(rows: Sequence[Mapping[str, Any]], group: str, path: Path) -> str | None:
+    """With more than one round: the summary written to `path`, and the table to print under its title."""
+    several = max((int(row.get("round", 1)) for row in rows), default=1)
+    if several < 2:
+        return None
+    summary = summarise(rows, group=group)
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return f"over {several} rounds, in turn:\n{table(summary, group=group)}"
 
 
 def _cell(figure: Mapping[str, float] | None) -> str:

@@ -239,11 +239,8 @@ def report(args: argparse.Namespace) -> int:
     (args.dir / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.dir / "summary.md").write_text(_markdown(rows, args))
     print(text_table(rows, TABLE))
-    several = max(row["round"] for row in rows)
-    if several > 1:
-        summary = rounds.summarise(rows, group="group")
-        (args.dir / "rounds.json").write_text(json.dumps(summary, indent=1) + "\n")
-        print(f"\nover {several} rounds, in turn:\n{rounds.table(summary, group='group')}")
+    if (told := rounds.save(rows, "group", args.dir / "rounds.json")) is not None:
+        print(f"\n{told}")
     return 0
 
 

@@ -6,7 +6,7 @@ or takes its turn in one arrival rate shared by all: the k-th request is due
 k/R seconds after the first, whoever sends it, so requests arrive at R/s
 whether or not the server keeps up, as long as a user is free (users are
 the most requests in flight at once: give enough for the queue to grow).
-Options, on Locust's own command line (or its UI's form, or LOCUST_LAB_*):
+Options, on Locust's own command line (or its UI's form, or LOCUST_LAB_PATH etc.):
 
     --lab-path /threading/count?n=20000000   the route; several, comma-separated: a mix, taken in turn
     --lab-requests 300                       stop once this many requests were answered (0: run on)
@@ -41,11 +41,16 @@ _first_due: list[float] = []  # --lab-arrivals: when the first request was due (
 
 @events.init_command_line_parser.add_listener
 def _options(parser: Any) -> None:
-    parser.add_argument("--lab-path", default=DEFAULT_PATH, help="lab route(s) to GET, comma-separated")
-    parser.add_argument("--lab-requests", type=int, default=0, help="stop after this many answers (0: run on)")
-    parser.add_argument("--lab-rate", type=float, default=0.0, help="requests/s per user (0: back to back)")
-    parser.add_argument("--lab-arrivals", type=float, default=0.0, help="requests/s from all users together")
-    parser.add_argument("--lab-log", default="", help="CSV of every answer: sent_s, ms, status")
+    # configargparse: each also from its LOCUST_LAB_* variable, as Locust's own options from LOCUST_*.
+    for flag, kind, default, words in (
+        ("--lab-path", str, DEFAULT_PATH, "lab route(s) to GET, comma-separated"),
+        ("--lab-requests", int, 0, "stop after this many answers (0: run on)"),
+        ("--lab-rate", float, 0.0, "requests/s per user (0: back to back)"),
+        ("--lab-arrivals", float, 0.0, "requests/s from all users together"),
+        ("--lab-log", str, "", "CSV of every answer: sent_s, ms, status"),
+    ):
+        variable = "LOCUST_" + flag.removeprefix("--").replace("-", "_").upper()
+        parser.add_argument(flag, type=kind, default=default, env_var=variable, help=f"{words} (${variable})")
 
 
 @events.init.add_listener

@@ -33,10 +33,10 @@ $(VENV)/.dev: $(VENV)/.peers requirements-dev.txt requirements-test.txt requirem
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
-## locust: Locust's web UI on http://127.0.0.1:8089 against a lab server (LAB=http://127.0.0.1:8000: start it with make run)
-LAB ?= http://127.0.0.1:8000
+## locust: Locust's web UI on http://127.0.0.1:8089 against a lab server of its own (LAB=http://127.0.0.1:8000: a running one)
+LAB ?=
 locust: $(VENV)/.load
-	$(BIN)/locust -f bench/locustfile.py --host $(LAB) --web-host 127.0.0.1 $(ARGS)
+	$(BIN)/python -m bench.load --ui $(if $(LAB),--url $(LAB)) $(ARGS)
 
 $(VENV)/.load: $(VENV)/.runtime requirements-load.txt
 	$(BIN)/python -m pip install --quiet -r requirements-load.txt

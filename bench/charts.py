@@ -318,36 +318,3 @@ def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def load(path: Path, seed: Sequence[dict[str, Any]], host: Sequence[dict[str, Any]]) -> Path:
-    """bench.load over time: throughput and failures, latency (median, 95th percentile), users; the host's CPU."""
-    plt = _pyplot()
-    fig, (rate, latency, cpu) = plt.subplots(3, 1, figsize=(9, 8), sharex=True, layout="constrained")
-    seconds = [r["t_s"] for r in seed]
-    rate.plot(seconds, [r["req_s"] or 0 for r in seed], marker="o", color=OKABE_ITO[0], label="requests/s")
-    rate.plot(seconds, [r["fails"] for r in seed], marker="x", color=OKABE_ITO[5], label="failures (total)")
-    users = rate.twinx()
-    users.step(seconds, [r["users"] for r in seed], where="post", color="grey", linewidth=0.8, label="users")
-    users.set_ylabel("users")
-    rate.set_ylabel("requests/s")
-    rate.legend(loc="upper left", fontsize=8)
-    for key, label, colour in (("median_ms", "median", OKABE_ITO[1]), ("p95_ms", "95th percentile", OKABE_ITO[2])):
-        latency.plot(seconds, [r[key] for r in seed], marker="o", color=colour, label=label)
-    latency.set_ylabel("response time, ms")
-    latency.legend(loc="upper left", fontsize=8)
-    moments = [r["t_s"] for r in host]
-    for key, label, colour in (("user_pct", "user", OKABE_ITO[0]), ("system_pct", "system", OKABE_ITO[3]),
-                               ("steal_pct", "steal", OKABE_ITO[5])):  # fmt: skip
-        cpu.plot(moments, [r[key] for r in host], color=colour, label=f"CPU {label} %")
-    queue = cpu.twinx()
-    queue.plot(moments, [r["run_queue"] for r in host], color="grey", linestyle="--", label="run queue")
-    queue.set_ylabel("runnable threads")
-    cpu.set_ylabel("% of all cores")
-    cpu.set_xlabel("seconds since the first user started")
-    cpu.legend(loc="upper left", fontsize=8)
-    for ax in (rate, latency, cpu):
-        ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -3,6 +3,7 @@
     python -m bench.load                                   # the seed: 15 users until 300 requests, /threading
     python -m bench.load --path '/processing/count?n=20000000'
     python -m bench.load --url http://127.0.0.1:8000 --users 50 --rate 1 --requests 0 --seconds 60
+    python -m bench.load --ui                              # Locust's web UI on 127.0.0.1:8089 (make locust)
 
 The seed is the uWSGI tuning write-up's experiment: 15 simulated users, each
 sending its next request as soon as the last is answered, until 300 requests,
@@ -11,12 +12,16 @@ beside it on the server. Here the second table samples the same seconds
 from /proc (the run queue; CPU user, system, idle and steal, in % of all
 cores) and the lab's /stats (how many jobs each pool of the route's mode is
 running and queueing). `--rate R` paces each user to R requests/s instead:
-an arrival rate, the open model (users x rate requests/s are offered whether
-or not the server keeps up).
+users x R requests/s are offered while the answers come faster than 1/R.
+`--arrivals R` offers R requests/s from all users together, evenly spaced,
+whether or not the server keeps up (the open model; bench.knee steps it).
+`--ui` opens Locust's web UI instead, on loopback, against --url or a
+server of its own, until Ctrl-C.
 
 Writes to bench/results/load-<stamp>/ (or --out): Locust's CSVs (locust_stats,
-locust_stats_history, locust_failures, locust_exceptions), load.json (both
-tables) and load.png (req/s, median and 95th percentile latency, failures,
+locust_stats_history, locust_failures, locust_exceptions), its output
+(locust_locust.log), every answer (locust_answers.csv: when it was sent,
+ms, HTTP status), load.json (both tables) and load.png (req/s, median and 95th percentile latency, failures,
 users, and the server's CPU and run queue over time). Needs Locust
 (make locust installs it).
 """
@@ -30,18 +35,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as `python bench/load.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
+from bench import load_charts
 from bench.args import OUT, SERVER_ARGS, URL, check_ranges, new_parser, run_command
 from bench.engine import get
 from bench.optional import need_module
-from bench.servers import lab_server
+from bench.servers import lab_server, log_tail
 from bench.summary import new_results_dir
 from lab import ROOT
 
@@ -50,13 +56,45 @@ INSTALL = "make locust (or: .venv/bin/pip install -r requirements-load.txt)"
 # The seed's table, every `every` seconds.
 SEED_COLUMNS = ("t_s", "reqs", "fails", "avg_ms", "min_ms", "max_ms", "median_ms", "req_s")
 HOST_COLUMNS = ("t_s", "run_queue", "user_pct", "system_pct", "idle_pct", "steal_pct", "pool_running", "pool_waiting")
+# How busy the server's pool is now: (jobs running, jobs waiting); None where the server does not say.
+PoolReader = Callable[[], tuple[int | None, int | None]]
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """Locust's users and how they send: back to back, `rate` each, or `arrivals` per second from all together."""
+
+    users: int = 15
+    spawn_rate: float = 0.0  # users started per second; 0: all at once
+    requests: int = 300  # stop after this many answers; 0: run for `seconds`
+    rate: float = 0.0
+    arrivals: float = 0.0
+    seconds: int = 300
+
+
+def lab_pool(base: str, mode: str) -> PoolReader:
+    """The lab's pool for `mode`, from /stats: jobs running and waiting, summed over its processes."""
+
+    def read() -> tuple[int | None, int | None]:
+        status, body, _, _ = get(f"{base}/stats", 5.0)
+        if status != 200 or not isinstance(body, dict):
+            return None, None
+        pools = [p["pools"].get(mode, {}) for p in body.get("processes", [])]
+        return sum(p.get("running", 0) for p in pools), sum(p.get("waiting", 0) for p in pools)
+
+    return read
+
+
+def mode_of(path: str) -> str:
+    """The lab mode a route belongs to: "/processing/count?n=1,/ping" -> "processing"."""
+    return path.split(",", maxsplit=1)[0].strip().lstrip("/").split("/")[0].split("?")[0]
 
 
 class HostSampler:
-    """vmstat's view of this machine, and the lab's pool for one mode, every `every` seconds, in a thread."""
+    """vmstat's view of this machine, and the server's pool, every `every` seconds, in a thread."""
 
-    def __init__(self, base: str, mode: str, every: float) -> None:
-        self.base, self.mode, self.every = base, mode, every
+    def __init__(self, pool: PoolReader, every: float) -> None:
+        self.pool, self.every = pool, every
         self.rows: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-sampler", daemon=True)
@@ -75,20 +113,13 @@ class HostSampler:
             after = _cpu_ticks()
             total = sum(after.values()) - sum(before.values()) or 1
             share = {k: round(100 * (after[k] - before[k]) / total, 1) for k in after}
-            running, waiting = self._pool()
+            running, waiting = self.pool()
             self.rows.append({
                 "at": time.time(), "run_queue": _run_queue(), "user_pct": share["user"],
                 "system_pct": share["system"], "idle_pct": share["idle"], "steal_pct": share["steal"],
                 "pool_running": running, "pool_waiting": waiting,
             })  # fmt: skip
             before = after
-
-    def _pool(self) -> tuple[int | None, int | None]:
-        status, body, _, _ = get(f"{self.base}/stats", 5.0)
-        if status != 200 or not isinstance(body, dict):
-            return None, None
-        pools = [p["pools"].get(self.mode, {}) for p in body.get("processes", [])]
-        return sum(p.get("running", 0) for p in pools), sum(p.get("waiting", 0) for p in pools)
 
 
 def _cpu_ticks() -> dict[str, int]:
@@ -106,13 +137,37 @@ def _run_queue() -> int:
     return 0
 
 
-def locust_command(args: argparse.Namespace, base: str, prefix: Path) -> list[str]:
+def locust_command(crowd: Crowd, path: str, base: str, prefix: Path) -> list[str]:
     """Locust, headless, on the locustfile; failed requests are what the tables report, not a failed run."""
     return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", base,
-            "-u", str(args.users), "-r", str(args.spawn_rate or args.users), "--lab-path", args.path,
-            "--lab-requests", str(args.requests), "--lab-rate", str(args.rate), "--run-time", f"{args.seconds}s",
-            "--csv", str(prefix), "--csv-full-history", "--only-summary", "--loglevel", "WARNING",
-            "--exit-code-on-error", "0"]  # fmt: skip
+            "-u", str(crowd.users), "-r", str(crowd.spawn_rate or crowd.users), "--lab-path", path,
+            "--lab-requests", str(crowd.requests), "--lab-rate", str(crowd.rate),
+            "--lab-arrivals", str(crowd.arrivals), "--lab-log", f"{prefix}_answers.csv",
+            "--run-time", f"{crowd.seconds}s", "--csv", str(prefix), "--csv-full-history", "--only-summary",
+            "--loglevel", "WARNING", "--exit-code-on-error", "0"]  # fmt: skip
+
+
+def run_locust(command: list[str], log: Path) -> None:
+    """Run Locust with its output (its summary tables, its warnings) in `log`; a failed run is an error naming
+    the log's end."""
+    with log.open("wb") as file:
+        done = subprocess.run(command, check=False, stdout=file, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"Locust exited with {done.returncode}; {log} ends:\n{log_tail(log)}")
+
+
+def measure(base: str, path: str, crowd: Crowd, prefix: Path, *, every: float, pool: PoolReader) -> dict[str, Any]:
+    """One Locust run with the host sampled meanwhile: its seed-shaped table and the host's, on one clock."""
+    with HostSampler(pool, every) as host:
+        run_locust(locust_command(crowd, path, base, prefix), Path(f"{prefix}_locust.log"))
+    seed, start = seed_table(prefix, every)
+    # The host's samples on the same clock as Locust's rows: seconds since its first.
+    end = start + (seed[-1]["t_s"] if seed else 0) + every / 2
+    host_rows = [{"t_s": round(r.pop("at") - start), **r} for r in host.rows if start <= r["at"] <= end]
+    final = _aggregated(Path(f"{prefix}_stats.csv"))
+    # The whole run's figures (a history row's percentiles are Locust's last few seconds').
+    totals = _seed_row(final[0], seed[-1]["t_s"] if seed else 0, crowd.users, prefix="") if final else {}
+    return {"locust": seed, "host": host_rows, "totals": totals}
 
 
 def _aggregated(path: Path) -> list[dict[str, str]]:
@@ -165,9 +220,15 @@ def _num(text: str) -> float | None:
 
 
 def text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    cells = [[str(c) for c in columns], *[["-" if r.get(c) is None else f"{r[c]:g}" for c in columns] for r in rows]]
+    cells = [[str(c) for c in columns], *[[_cell(r.get(c)) for c in columns] for r in rows]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in cells)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else f"{value:g}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,8 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spawn-rate", type=float, default=0, help="users started per second (default: all at once)")
     parser.add_argument("--requests", type=int, default=300, help="stop after this many answers; 0: --seconds only")
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s per user (default 0: back to back)")
+    parser.add_argument("--arrivals", type=float, default=0.0, help="requests/s from all users together, evenly "
+                        "spaced (the open model; default 0: each user at its own pace)")  # fmt: skip
     parser.add_argument("--seconds", type=int, default=300, help="stop after this long at most (default: 300)")
     parser.add_argument("--every", type=float, default=3.0, help="seconds between table rows (default: 3)")
+    parser.add_argument("--ui", action="store_true", help="open Locust's web UI instead (loopback), until Ctrl-C")
+    parser.add_argument("--web-port", type=int, default=8089, help="the UI's port with --ui (default: 8089)")
     OUT.add(parser, help="results folder (default: bench/results/load-<stamp>/)")
     SERVER_ARGS.add(parser, help="flags for the server started when --url is not given")
     return parser
@@ -190,28 +255,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_ranges(parser, ("--users", args.users, 1, 10_000), ("--seconds", args.seconds, 1, 86_400))
     need_module("locust", "Locust", INSTALL, tool="bench.load")
-    return run_command(lambda: _run(args))
+    return run_command(lambda: _ui(args) if args.ui else _run(args))
+
+
+def _crowd(args: argparse.Namespace) -> Crowd:
+    return Crowd(args.users, args.spawn_rate, args.requests, args.rate, args.arrivals, args.seconds)
+
+
+def _ui(args: argparse.Namespace) -> None:
+    """Locust's web UI on 127.0.0.1 against --url or a server of this run's own; the form starts with our flags."""
+    with lab_server(args.url, args.server_args, "load-server-") as base:
+        crowd = replace(_crowd(args), requests=0)  # a UI run goes on until its Stop button
+        command = [arg for arg in locust_command(crowd, args.path, base, Path("-")) if arg != "--headless"]
+        # The UI's own runs: no CSV, no --run-time, no summary-only, no answers log (it would grow without end).
+        keep = [*command[: command.index("--lab-log")], "--web-host", "127.0.0.1", "--web-port", str(args.web_port)]
+        print(f"Locust's UI: http://127.0.0.1:{args.web_port} (against {base}; Ctrl-C stops it)", file=sys.stderr)
+        subprocess.run(keep, check=False)
 
 
 def _run(args: argparse.Namespace) -> None:
     out = args.out or new_results_dir("load-")
     out.mkdir(parents=True, exist_ok=True)
-    mode = args.path.split(",")[0].strip().lstrip("/").split("/")[0].split("?")[0]
-    with lab_server(args.url, args.server_args, "load-server-") as base, HostSampler(base, mode, args.every) as host:
-        print(f"{args.users} users on {base}{args.path}" + (f" at {args.rate:g} req/s each" if args.rate else ""),
-              file=sys.stderr)  # fmt: skip
-        subprocess.run(locust_command(args, base, out / "locust"), check=True, stdout=subprocess.DEVNULL)
-    seed, start = seed_table(out / "locust", args.every)
-    # The host's samples on the same clock as Locust's rows: seconds since its first.
-    end = start + (seed[-1]["t_s"] if seed else 0) + args.every / 2
-    host_rows = [{"t_s": round(r.pop("at") - start), **r} for r in host.rows if start <= r["at"] <= end]
+    crowd = _crowd(args)
+    with lab_server(args.url, args.server_args, "load-server-") as base:
+        pace = f" at {args.rate:g} req/s each" if args.rate else ""
+        pace += f", {args.arrivals:g} req/s together" if args.arrivals else ""
+        print(f"{args.users} users on {base}{args.path}{pace}", file=sys.stderr)
+        doc = measure(base, args.path, crowd, out / "locust", every=args.every, pool=lab_pool(base, mode_of(args.path)))
     (out / "load.json").write_text(json.dumps({"path": args.path, "users": args.users, "rate": args.rate,
-                                               "requests": args.requests, "locust": seed, "host": host_rows},
+                                               "arrivals": args.arrivals, "requests": args.requests, **doc},
                                               indent=1) + "\n")  # fmt: skip
-    print(text(seed, SEED_COLUMNS))
+    print(text(doc["locust"], SEED_COLUMNS))
     print()
-    print(text(host_rows, HOST_COLUMNS))
-    print(f"wrote {out / 'load.json'}\nwrote {charts.load(out / 'load.png', seed, host_rows)}")
+    print(text(doc["host"], HOST_COLUMNS))
+    chart = load_charts.timeline(out / "load.png", doc["locust"], doc["host"])
+    print(f"wrote {out / 'load.json'}\nwrote {chart}")
 
 
 if __name__ == "__main__":

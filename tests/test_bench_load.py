@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,14 @@ def test_the_locustfile_runs_under_locust_s_own_command_line(start_server: Start
     lab = start_server("--no-access-log")
     done = subprocess.run(
         [sys.executable, "-m", "locust", "-f", "bench/locustfile.py", "--headless", "--host", lab.url, "-u", "2",
-         "-r", "2", "--lab-path", f"{PATH},/ping", "--lab-requests", "12", "--run-time", "60s",
-         "--csv", str(tmp_path / "run"), "--only-summary"],
+         "-r", "2", "--lab-path", f"{PATH},/ping", "--run-time", "60s", "--csv", str(tmp_path / "run"),
+         "--only-summary"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "LOCUST_LAB_REQUESTS": "12"},  # the locustfile's options from the environment too
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     totals = _aggregated(tmp_path / "run_stats.csv")
-    assert (totals["Request Count"], totals["Failure Count"]) == ("12", "0")  # it stops at --lab-requests
+    assert (totals["Request Count"], totals["Failure Count"]) == ("12", "0")  # it stops at LOCUST_LAB_REQUESTS
     routes = {row["Name"] for row in csv.DictReader((tmp_path / "run_stats.csv").read_text().splitlines())}
     assert routes == {"/threading/count", "/ping", "Aggregated"}  # a mix, one row per route
     assert (tmp_path / "run_failures.csv").exists() and (tmp_path / "run_stats_history.csv").exists()

@@ -22,7 +22,7 @@ OTHER_FLAGS = frozenset({"--ini", "--http-socket", "--threads", "--gevent", "--p
                          "--host", "--port", "--no-dashboard", "--nthreads", "--nworkers", "-R", "-c", "-r", "-s",
                          "-n", "--dist", "-Hn"})  # fmt: skip
 # The options bench/locustfile.py adds to Locust's own command line, read from where it declares them.
-OTHER_FLAGS |= frozenset(re.findall(r'add_argument\("(--[\w-]+)"', (ROOT / "bench" / "locustfile.py").read_text()))
+OTHER_FLAGS |= frozenset(re.findall(r'\("(--lab-[\w-]+)"', (ROOT / "bench" / "locustfile.py").read_text()))
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,13 @@ def _pyplot() -> Any:
     return plt
 
 
+def save(fig: Any, path: Path) -> Path:
+    """Every chart's end: the figure as a PNG at `path`, and its memory given back."""
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
 def _worker_key(response: dict[str, Any]) -> str:
     body = response.get("body")
     if response.get("status") != 200 or not isinstance(body, dict) or "worker" not in body:
@@ -192,9 +199,7 @@ def timeline(
         f"ping p50 {_ms(summary.get('ping_p50_ms'))}, max {_ms(summary.get('ping_max_ms'))}",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def _ms(value: float | None) -> str:
@@ -252,9 +257,7 @@ def heatmaps(
         ax.set_ylabel(labels.get(row_key, row_key))
         ax.set_title(label, fontsize=10)
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
@@ -280,9 +283,7 @@ def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
     times.set_title(f"every request waits {seconds:g} s", fontsize=10)
     memory.set_ylabel("memory per waiting request, KB")
     memory.set_title("server tree's peak RSS above its idle RSS, per request", fontsize=10)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
@@ -315,6 +316,4 @@ def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     ping.grid(True, axis="x", which="both", alpha=0.3)
     ratio.legend(handles=[Patch(facecolor=colours[s], edgecolor=INK, label=s) for s in servers], loc="lower right",
                  fontsize=8)  # fmt: skip
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

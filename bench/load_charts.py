@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.charts import OKABE_ITO, _pyplot
+from bench.charts import OKABE_ITO, _pyplot, save
 
 
 def timeline(path: Path, seed: Sequence[dict[str, Any]], host: Sequence[dict[str, Any]]) -> Path:
@@ -38,9 +38,7 @@ def timeline(path: Path, seed: Sequence[dict[str, Any]], host: Sequence[dict[str
     cpu.legend(loc="upper left", fontsize=8)
     for ax in (rate, latency, cpu):
         ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def seed(path: Path, runs: Sequence[dict[str, Any]]) -> Path:
@@ -60,9 +58,7 @@ def seed(path: Path, runs: Sequence[dict[str, Any]]) -> Path:
     for ax in (rate, latency, idle):
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def knee(path: Path, rows: Sequence[dict[str, Any]], predicted: dict[str, float]) -> Path:
@@ -94,6 +90,4 @@ def knee(path: Path, rows: Sequence[dict[str, Any]], predicted: dict[str, float]
         latency.set_ylabel("response time of answered requests, ms")
         served.set_ylabel("requests/s")
         served.set_xlabel("offered requests/s (evenly spaced arrivals)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)

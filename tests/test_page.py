@@ -215,16 +215,22 @@ def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> N
     done(visit, "threading")
 
 
-def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
-    page = visit.page
+def compare_sleeps(page: Page, seconds: str, concurrency: str, rounds: str = "1") -> None:
+    """Compare all modes on short sleeps (async on the same delay), until the comparison is complete."""
     page.select_option("#mode", "async")
-    page.fill("#param-delay", "0.2")
+    page.fill("#param-delay", seconds)
     page.select_option("#mode", "processing")
     page.select_option("#workload", "sleep")
-    page.fill("#param-seconds", "0.2")
-    page.fill("#concurrency", "4")
+    page.fill("#param-seconds", seconds)
+    page.fill("#concurrency", concurrency)
+    page.select_option("#rounds", rounds)
     page.click("#compare")
     page.wait_for_selector("#comparison[data-complete=true]", timeout=RACE_TIMEOUT_MS)
+
+
+def test_compare_all_modes_fills_the_table(visit: Visit) -> None:
+    page = visit.page
+    compare_sleeps(page, "0.2", "4")
     rows = page.eval_on_selector_all("#compare-table tbody tr", "rows => rows.map(r => r.innerText)")
     assert [row.split()[0] for row in rows] == ["blocking", "threading", "processing", "distributed", "async"]
     assert all("×" in row for row in rows), rows
@@ -247,15 +253,7 @@ def test_a_mode_this_python_cannot_run_says_why_and_runs_nothing(visit: Visit) -
 
 def test_compare_in_rounds_runs_the_modes_in_turn_and_gives_medians(visit: Visit) -> None:
     page = visit.page
-    page.select_option("#mode", "async")
-    page.fill("#param-delay", "0.05")
-    page.select_option("#mode", "processing")
-    page.select_option("#workload", "sleep")
-    page.fill("#param-seconds", "0.05")
-    page.fill("#concurrency", "2")
-    page.select_option("#rounds", "2")
-    page.click("#compare")
-    page.wait_for_selector("#comparison[data-complete=true]", timeout=RACE_TIMEOUT_MS)
+    compare_sleeps(page, "0.05", "2", rounds="2")
     rows = page.eval_on_selector_all("#compare-table tbody th", "cells => cells.map(c => c.textContent)")
     modes = ["blocking", "threading", "processing", "distributed", "async"]
     assert rows == [f"{mode} #{n}" for n in (1, 2) for mode in modes]

@@ -58,28 +58,41 @@ class Occupancy:
 
     def __init__(self) -> None:
         self._held: dict[Hashable, float] = {}
+        # Kept as it changes, not summed when read: a crowd of waits holds thousands of keys,
+        # and every change is read at once (fair accept listens on `full`, dispatch reports `load`).
+        self._load = 0.0
         self.on_change: Callable[[], None] = lambda: None
 
     @property
     def load(self) -> float:
-        return sum(self._held.values())
+        return self._load
 
     @property
     def full(self) -> bool:
-        return self.load >= 1.0 - _EPSILON
+        return self._load >= 1.0 - _EPSILON
 
     def hold(self, key: Hashable, units: float) -> None:
+        self._drop(key)
         self._held[key] = units
+        self._load += units
         self.on_change()
 
     def release(self, key: Hashable) -> None:
-        if self._held.pop(key, None) is not None:
+        if self._drop(key):
             self.on_change()
 
     def move(self, old: Hashable, new: Hashable, units: float) -> None:
         """`new` holds `units` and `old` nothing, in one change (no moment with room in between)."""
-        self._held.pop(old, None)
+        self._drop(old)
         self.hold(new, units)
+
+    def _drop(self, key: Hashable) -> bool:
+        units = self._held.pop(key, None)
+        if units is None:
+            return False
+        # Nothing held is exactly nothing: the running sum's rounding errors do not outlive a quiet moment.
+        self._load = self._load - units if self._held else 0.0
+        return True
 
 
 def reserve_port(host: str, port: int) -> socket.socket:

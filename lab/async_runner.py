@@ -51,6 +51,8 @@ class AsyncRunner:
         upstream = self._upstream
         if upstream is None:
             raise RuntimeError("the async runner was not started")
+        if fanout == 1:  # the usual call: no task and no gather, which a crowd of waits pays for each
+            return [await upstream.delay(delay)]
         calls = [asyncio.ensure_future(upstream.delay(delay)) for _ in range(fanout)]
         try:
             return await asyncio.gather(*calls)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import resource
@@ -29,7 +28,7 @@ from tornado.netutil import bind_sockets
 from tornado.process import fork_processes
 from tornado.web import Application
 
-from lab import logs
+from lab import collector, logs
 from lab.accept import reserve_port
 from lab.config import Config, parse_args
 from lab.dispatch import Dispatcher
@@ -151,10 +150,7 @@ async def serve(
         log.info("stopped during start-up")
         return True
     services = starting.result()
-    # Everything built so far (numpy, scikit-learn, the app) lives as long as
-    # the process: out of the collector's sight, a full collection no longer
-    # walks it, and a burst of requests pays for its own garbage only.
-    gc.freeze()
+    collector.settle()  # numpy, scikit-learn and the app live as long as the process
     if config.debug:
         autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
     # Fair accept and dispatch both decide from what each process holds; the others need not know.

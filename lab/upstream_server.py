@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from tornado.httpserver import HTTPServer
 from tornado.web import Application
 
-from lab import logs
+from lab import collector, logs
 from lab.errors import LabError
 from lab.json_handler import JsonHandler
 from lab.procs import watch_parent
@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sock = socket.create_server(("127.0.0.1", args.port))
         print(f"upstream on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     sock.setblocking(False)
+    collector.settle()  # it holds a call per /async wait: a crowd of them, like the server
     asyncio.run(serve(sock))
 
 

@@ -13,13 +13,17 @@ every request sent at once (bench/scale.py's burst). Per side and round it
 prints the median and longest response, the failures (no answer, or any
 status that is not 2xx) and the server's CPU time per request (its process
 and its children: the lab's upstream included), then the range over the
-rounds. Writes crowd.json to bench/results/crowd-<stamp>/ unless --no-files.
+rounds and the lab's longest over the floor's, round by round. Writes
+crowd.json to bench/results/crowd-<stamp>/ unless --no-files.
 
 Each waiting request holds a socket in this client and one in the server
 (the lab: one more to its upstream, and the upstream one), so c = 5,000 or
 10,000 needs more open files than a shell allows by default: the run raises
 its limits (the hard one too, as root) and, where it cannot, stops before
-starting anything with the `ulimit` command to run.
+starting anything with the `ulimit` command to run, or the --processes that
+would share the waits among lab processes under the limit:
+
+    python -m bench.crowd -c 10000 --rounds 3 --server-args '--processes 2'
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ from bench.scale import burst
 from bench.servers import SERVING, LocalServer, stop_server, tree, wait_ready
 from bench.summary import Column, machine_facts, median, new_results_dir, text_table
 from lab import ROOT
+from lab.config import parse_args
 
 SIDES = ("bare", "lab")
-# Sockets a waiting request holds, at most, in any one process (the lab: the client's and its upstream call's).
 
 TABLE = (
     Column("side", "side", "{}"),
@@ -133,13 +137,17 @@ def _span(rows: Sequence[dict[str, Any]], key: str) -> str:
 
 
 def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per side, the range over the rounds: one line each."""
+    """Per side, the range over the rounds: one line each; then the lab's longest over the floor's, round by round."""
     lines = []
     for side in SIDES:
         mine = [r for r in rows if r["side"] == side]
         lines.append(f"{side:<5} median {_span(mine, 'median_s')} s, longest {_span(mine, 'longest_s')} s, "
                      f"failed {sum(r['failed'] for r in mine)}, server CPU {_span(mine, 'cpu_ms_per_request')} "
                      f"ms/request, over {len(mine)} rounds")  # fmt: skip
+    # Each round's two bursts ran a minute apart at most, on the same host: their ratio is what holds.
+    longest = {(r["side"], r["round"]): r["longest_s"] for r in rows}
+    ratios = [{"ratio": longest["lab", n] / longest["bare", n]} for side, n in longest if side == "lab"]
+    lines.append(f"lab/bare longest {_span(ratios, 'ratio')}x, round by round")
     return lines
 
 
@@ -160,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.concurrency <= 50_000 or not 0 <= args.delay <= 30 or args.rounds < 1:
         parser.error("-c goes from 1 to 50000, --delay from 0 to 30, --rounds from 1")
-    ensure_open_files(args.concurrency)
+    ensure_open_files(args.concurrency, parse_args(shlex.split(args.server_args)).process_count, can_fork=True)
     return run_command(lambda: _crowd(args))
 
 

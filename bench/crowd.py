@@ -143,7 +143,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         mine = [r for r in rows if r["side"] == side]
         lines.append(f"{side:<5} median {_span(mine, 'median_s')} s, longest {_span(mine, 'longest_s')} s, "
                      f"failed {sum(r['failed'] for r in mine)}, server CPU {_span(mine, 'cpu_ms_per_request')} "
-                     f"ms/request, over {len(mine)} rounds")  # fmt: skip
+                     f"ms/request, over {len(mine)} round{'s' if len(mine) > 1 else ''}")  # fmt: skip
     # Each round's two bursts ran a minute apart at most, on the same host: their ratio is what holds.
     longest = {(r["side"], r["round"]): r["longest_s"] for r in rows}
     ratios = [{"ratio": longest["lab", n] / longest["bare", n]} for side, n in longest if side == "lab"]

@@ -107,6 +107,12 @@ def knee_findings(rows: Sequence[dict[str, Any]], predicted: dict[str, dict[str,
         else:
             sentence += f"; no step took {KNEE:g}x that: no knee within the steps"
         found.append(f"{sentence}; at most {most:g} req/s were answered ({most / capacity:.2f}x the prediction).")
+        if first["p50_ms"]:
+            # t was timed alone; under load a request may take another time (a busier or an idler host).
+            loaded = model["lanes"] / (first["p50_ms"] / 1000)
+            found.append(f"/{mode}: the lowest step's median answer, {_ms(first['p50_ms'])}, makes the capacity "
+                         f"{loaded:.1f} req/s ({model['lanes']} lane(s) / that median; "
+                         f"{loaded / capacity:.2f}x the prediction from t alone).")  # fmt: skip
         top = max(r["offered_rps"] for r in mine)
         for bound in bounds[1:]:
             big = next(r for r in loose if r["offered_rps"] == top)

@@ -4,8 +4,8 @@ A crowd of waits (bench.crowd: 5,000 /async?delay=1 at once) keeps every
 request's objects alive for a second. With CPython's default thresholds
 (700, 10, 10) they all reach the oldest generation while they wait, and a
 full collection walks every one of them: a server process measured about
-seven full collections per burst, 1.2-1.4 s of its event loop's 2.5 s
-(docs/modes.md#async). Collecting the youngest generation every 10,000
+eight full collections per burst, 1.2 s of the 2.9 s its event loop
+worked (docs/results.md#crowd). Collecting the youngest generation every 10,000
 allocations instead of 700 lets most of a request's objects die by
 reference count before a collection sees them, and gives the full
 collection's rule (a quarter more survivors than last time) fewer

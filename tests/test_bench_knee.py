@@ -40,6 +40,7 @@ def test_arrivals_past_capacity_get_503s_from_a_small_max_pending_and_a_queue_wi
     assert rows[3.0, 1]["rejected"] > rows[3.0, 10000]["rejected"] == 0
     assert rows[0.5, 10000]["ok"] == rows[0.5, 10000]["sent"]
     assert any("predicted capacity" in f for f in doc["findings"])
+    assert any("the lowest step's median answer" in f for f in doc["findings"])
     assert "max_pending" in stdout.splitlines()[0]
     assert is_png(out / "knee.png") and (out / "knee.md").exists()
 

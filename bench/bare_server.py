@@ -1,11 +1,12 @@
 """The floor for /async: a bare Tornado server whose one handler only awaits asyncio.sleep.
 
     python -m bench.bare_server --port 0       # GET /sleep?seconds=S answers {"slept": S} after S seconds
+    python -m bench.bare_server --port 0 --settled-collector    # its collector set as the lab's
 
 bench.crowd starts it beside a lab server: whatever the lab's /async costs
 above this (its envelope, its upstream call, its stats) is the lab's own
 work per request. Same listen backlog as the lab, no access log, one
-process, and none of the lab's imports. Started by bench.crowd, it inherits
+process, and none of the lab's libraries (no numpy, no model). Started by bench.crowd, it inherits
 the open-files limit bench.crowd raised for the crowd it fires.
 """
 
@@ -20,6 +21,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, HTTPError, RequestHandler
 
+from lab import collector
 from lab.procs import LISTEN_BACKLOG
 
 MAX_SECONDS = 60.0
@@ -59,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--settled-collector", action="store_true",
+                        help="the garbage collector set as the lab server's (lab/collector.py)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.settled_collector:
+        collector.settle()
     asyncio.run(serve(args.host, args.port))
 
 

@@ -3,6 +3,7 @@
     python -m bench.crowd                                   # c = 1000, 1 s waits, 5 rounds each
     python -m bench.crowd -c 5000 --rounds 3                # raises the open-files limit it needs, or says how
     python -m bench.crowd --server-args '--upstream-client simple'
+    python -m bench.crowd -c 5000 --settled-floor           # the floor's collector set as the lab's
 
 Starts two servers on free loopback ports: the lab (`server.py`, one
 process, its embedded upstream) and bench/bare_server.py, whose one handler
@@ -88,11 +89,11 @@ def tree_cpu(pid: int) -> float:
 
 
 @contextmanager
-def bare_server(folder: Path) -> Iterator[tuple[str, int]]:
+def bare_server(folder: Path, flags: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
     """bench/bare_server.py on a free port, in its own session; its (url, pid), stopped with its group."""
     log_path = folder / "bare.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0"], cwd=ROOT,
+        process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0", *flags], cwd=ROOT,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
     try:
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace, folder: Path, report: Callable[[dict[str, Any]
     allowed = args.delay + args.timeout
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        bare = stack.enter_context(bare_server(folder))
+        bare = stack.enter_context(bare_server(folder, ["--settled-collector"] if args.settled_floor else []))
         lab = stack.enter_context(LocalServer(shlex.split(args.server_args), folder / "lab.log"))
         assert lab.process is not None
         servers = {"bare": bare, "lab": (lab.url, lab.process.pid)}
@@ -158,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     ROUNDS.add(parser, default=5, help="measured bursts per side (default: 5)")
     TIMEOUT.add(parser, help="a request unanswered S seconds past its wait fails (default: 60)")
     SERVER_ARGS.add(parser, help="flags for the lab server")
+    parser.add_argument("--settled-floor", action="store_true",
+                        help="the floor's garbage collector set as the lab's (lab/collector.py): "
+                             "what is left is the lab's own work, not the collector's")  # fmt: skip
     OUT.add(parser, help="folder for crowd.json (default: a new one)")
     NO_FILES.add(parser)
     return parser
@@ -184,7 +188,8 @@ def _crowd(args: argparse.Namespace) -> None:
     if not args.no_files:
         out = args.out or new_results_dir("crowd-")
         out.mkdir(parents=True, exist_ok=True)
-        doc = {"concurrency": args.concurrency, "delay": args.delay, "server_args": args.server_args, "rows": rows,
+        doc = {"concurrency": args.concurrency, "delay": args.delay, "server_args": args.server_args,
+               "settled_floor": args.settled_floor, "rows": rows,
                "summary": lines, "machine": machine_facts(None)}  # fmt: skip
         (out / "crowd.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out / 'crowd.json'}")

@@ -67,7 +67,7 @@ def test_a_crowd_too_big_for_one_process_is_told_how_many_would_share_it(
 
 @pytest.mark.timeout(240)  # two servers of its own
 def test_a_small_crowd_measures_both_sides_in_alternating_rounds_and_stops_both_servers(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "bench.crowd", "-c", "20", "--rounds", "2", "--delay", "0.2",
+    argv = [sys.executable, "-m", "bench.crowd", "-c", "20", "--rounds", "2", "--delay", "0.2", "--settled-floor",
             "--out", str(tmp_path)]  # fmt: skip
     with Tracked(argv) as run:
         stdout, stderr = run.communicate(timeout=200)
@@ -75,6 +75,7 @@ def test_a_small_crowd_measures_both_sides_in_alternating_rounds_and_stops_both_
         assert run.survivors() == []
     doc = json.loads((tmp_path / "crowd.json").read_text())
     assert [(r["side"], r["round"]) for r in doc["rows"]] == [("bare", 1), ("lab", 1), ("bare", 2), ("lab", 2)]
+    assert doc["settled_floor"] is True
     assert all(r["failed"] == 0 for r in doc["rows"])
     # Structure, not stopwatch: nobody answers before the wait it asked for is over.
     assert all(r["median_s"] >= 0.2 and r["longest_s"] >= r["median_s"] for r in doc["rows"])

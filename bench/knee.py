@@ -16,6 +16,8 @@ against one server per --bounds value (its --max-pending), in turn, the
 server's queue drained between steps. Below capacity an answer takes about t;
 past it the queue grows by the excess every second and so does the wait:
 the knee, the first step whose median answer takes twice the lowest step's.
+The findings also give the capacity the lowest step's median makes (lanes
+over it): t is timed alone, and a loaded host may answer faster or slower.
 A small --max-pending answers the excess with 503 at once instead.
 
 Writes to bench/results/knee-<stamp>/ (or --out): per step Locust's CSVs

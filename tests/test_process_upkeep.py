@@ -14,15 +14,20 @@ from lab.accept import Occupancy
 def test_occupancy_load_follows_every_change() -> None:
     occupancy = Occupancy()
     changes: list[float] = []
-    occupancy.on_change = lambda: changes.append(occupancy.load)
+    fullness: list[bool] = []
+
+    def on_change() -> None:
+        changes.append(occupancy.load)
+        fullness.append(occupancy.full)
+
+    occupancy.on_change = on_change
     occupancy.hold("connection", 1.0)
-    assert occupancy.full
     occupancy.move("connection", "request", 0.5)  # one change: never a moment with room in between
     occupancy.hold("request", 0.25)  # held again: replaces its share, not added to it
     occupancy.hold("other", 0.5)
     occupancy.release("missing")  # nothing held: no change
     assert changes == [1.0, 0.5, 0.25, 0.75]
-    assert not occupancy.full
+    assert fullness == [True, False, False, False]
     occupancy.release("request")
     occupancy.release("other")
     assert occupancy.load == 0.0

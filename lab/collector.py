@@ -4,8 +4,8 @@ A crowd of waits (bench.crowd: 5,000 /async?delay=1 at once) keeps every
 request's objects alive for a second. With CPython's default thresholds
 (700, 10, 10) they all reach the oldest generation while they wait, and a
 full collection walks every one of them: a server process measured about
-eight full collections per burst, 1.2 s of the 2.9 s its event loop
-worked (docs/results.md#crowd). Collecting the youngest generation every 10,000
+eight full collections per burst, 1.2 s of the 2.9 s its event loop worked
+(docs/results.md#crowd). Collecting the youngest generation every 10,000
 allocations instead of 700 lets most of a request's objects die by
 reference count before a collection sees them, and gives the full
 collection's rule (a quarter more survivors than last time) fewer
@@ -20,7 +20,7 @@ YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest gene
 
 
 def settle() -> None:
-    """What the process built so far lives as long as it: out of the collector's sight; the young collected less often.
+    """Freeze what start-up built (it lives as long as the process); collect the youngest generation less often.
 
     Call once start-up is over: numpy, scikit-learn and the app are frozen,
     so a full collection walks a burst's own objects only.

@@ -40,7 +40,7 @@ CLIENTS = {
 }
 MAX_SIMPLE_CALLS = 10_000
 # Idle connections kept for reuse; beyond this a burst's extra ones are closed. As many as the
-# largest crowd the bench fires (bench.crowd, bench.scale: 10,000 waits), so the next burst finds
+# crowds the lab measures hold (docs/results.md#crowd: up to 10,000 waits), so the next burst finds
 # them open: opening one costs the loop about as much as the call itself. Each keeps a file open
 # here and in the upstream, which the burst that opened it held anyway.
 MAX_IDLE = 10_000

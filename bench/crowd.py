@@ -132,8 +132,8 @@ def run(args: argparse.Namespace, folder: Path, report: Callable[[dict[str, Any]
     return rows
 
 
-def _span(rows: Sequence[dict[str, Any]], key: str) -> str:
-    low, high = min(r[key] for r in rows), max(r[key] for r in rows)
+def _span(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
     return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
 
 
@@ -142,13 +142,15 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = []
     for side in SIDES:
         mine = [r for r in rows if r["side"] == side]
-        lines.append(f"{side:<5} median {_span(mine, 'median_s')} s, longest {_span(mine, 'longest_s')} s, "
-                     f"failed {sum(r['failed'] for r in mine)}, server CPU {_span(mine, 'cpu_ms_per_request')} "
-                     f"ms/request, over {len(mine)} round{'s' if len(mine) > 1 else ''}")  # fmt: skip
-    # Each round's two bursts ran a minute apart at most, on the same host: their ratio is what holds.
+        median_s, longest_s, cpu = (
+            _span([r[key] for r in mine]) for key in ("median_s", "longest_s", "cpu_ms_per_request")
+        )
+        lines.append(f"{side:<5} median {median_s} s, longest {longest_s} s, failed {sum(r['failed'] for r in mine)}, "
+                     f"server CPU {cpu} ms/request, over {len(mine)} round{'s' if len(mine) > 1 else ''}")  # fmt: skip
+    # A round's two bursts ran seconds apart on the same host: their ratio survives its minute-to-minute speed.
     longest = {(r["side"], r["round"]): r["longest_s"] for r in rows}
-    ratios = [{"ratio": longest["lab", n] / longest["bare", n]} for side, n in longest if side == "lab"]
-    lines.append(f"lab/bare longest {_span(ratios, 'ratio')}x, round by round")
+    ratios = [longest["lab", n] / longest["bare", n] for side, n in longest if side == "lab"]
+    lines.append(f"lab/bare longest {_span(ratios)}x, round by round")
     return lines
 
 

@@ -4,7 +4,7 @@ Each waiting /async request holds one socket in the client, one in the
 upstream and two in the lab server process that serves it: its client's
 connection and its own to the upstream. A forked server (`--processes P`)
 shares the waits among its processes, so the busiest process, whichever it
-is, holds about max(c, 2 * c / P) files.
+is, holds about max(c, 2 * 1.1 * c / P) files (an uneven share allowed).
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ UNEVEN_SHARE = 1.1
 
 def files_needed(concurrency: int, server_processes: int = 1) -> int:
     """Open files the busiest process needs: the client's (one per wait) or a server process's (two per wait)."""
-    share = (
-        concurrency if server_processes == 1 else min(concurrency, round(UNEVEN_SHARE * concurrency / server_processes))
-    )
+    share = min(concurrency, round(UNEVEN_SHARE * concurrency / server_processes))
     return max(concurrency, SOCKETS_PER_REQUEST * share) + SPARE_FILES
 
 
@@ -49,10 +47,10 @@ def ensure_open_files(concurrency: int, server_processes: int = 1, *, can_fork: 
 
 
 def _fork_hint(concurrency: int, server_processes: int, hard: int) -> str:
-    """Where forking the lab would bring every process under `hard`: the flag that does."""
-    for processes in range(server_processes + 1, 65):
-        if files_needed(concurrency, processes) <= hard:
-            return f"; or fork the lab server (--processes {processes}): each process then holds its share"
-        if files_needed(concurrency, processes) == files_needed(concurrency, processes - 1):
-            break  # the client's own need is the floor: more processes do not help
-    return ""
+    """The fewest lab processes whose busiest one fits under `hard`, as the flag to give; "" if none would."""
+    # files_needed only falls as processes are added, down to the client's one socket a wait.
+    fits = (p for p in range(server_processes + 1, 65) if files_needed(concurrency, p) <= hard)
+    processes = next(fits, None)
+    if processes is None:
+        return ""
+    return f"; or fork the lab server (--processes {processes}): each process then holds its share"

@@ -6,8 +6,9 @@
 bench.crowd starts it beside a lab server: whatever the lab's /async costs
 above this (its envelope, its upstream call, its stats) is the lab's own
 work per request. Same listen backlog as the lab, no access log, one
-process, and none of the lab's libraries (no numpy, no model). Started by bench.crowd, it inherits
-the open-files limit bench.crowd raised for the crowd it fires.
+process, and none of the lab's libraries (no numpy, no model). Started by
+bench.crowd, it inherits the open-files limit bench.crowd raised for the
+crowd it fires.
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@
     python -m bench.crowd -c 5000 --settled-floor           # the floor's collector set as the lab's
 
 Starts two servers on free loopback ports: the lab (`server.py`, one
-process, its embedded upstream) and bench/bare_server.py, whose one handler
-only awaits asyncio.sleep. Each gets one unmeasured burst of the same size
-(the lab's upstream client opens its connections then), then the rounds
-alternate, bare then lab: c connections opened from one asyncio client, then
-every request sent at once (bench/scale.py's burst). Per side and round it
+process unless --server-args forks it, its embedded upstream) and
+bench/bare_server.py, whose one handler only awaits asyncio.sleep. Each
+gets one unmeasured burst of the same size (the lab's upstream client
+opens its connections then), then the rounds alternate, bare then lab: c
+connections opened from one asyncio client, then every request sent at once
+(bench/scale.py's burst). Per side and round it
 prints the median and longest response, the failures (no answer, or any
 status that is not 2xx) and the server's CPU time per request (its process
 and its children: the lab's upstream included), then the range over the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import resource
 import sys
@@ -9,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from bench import bare_server
 from bench.crowd import summary, tally
 from bench.limits import SPARE_FILES, ensure_open_files, files_needed
+from lab import collector
 from tests.bench_helpers import Tracked
+from tests.procs import wait_for
 
 
 def test_a_failure_is_no_answer_or_any_status_outside_2xx() -> None:
@@ -39,6 +43,16 @@ def test_an_open_files_limit_that_cannot_be_raised_stops_the_run_with_the_comman
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ulimit -Hn" in err and "Traceback" not in err
     assert resource.getrlimit(resource.RLIMIT_NOFILE) == before
+
+
+def test_the_floor_settles_its_collector_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    settled: list[bool] = []
+    monkeypatch.setattr(collector, "settle", lambda: settled.append(True))
+    monkeypatch.setattr(asyncio, "run", lambda main: main.close())  # serve nothing
+    bare_server.main(["--port", "0"])
+    assert settled == []
+    bare_server.main(["--port", "0", "--settled-collector"])
+    assert settled == [True]
 
 
 def test_the_busiest_process_sets_the_open_files_a_crowd_needs() -> None:
@@ -70,6 +84,8 @@ def test_a_small_crowd_measures_both_sides_in_alternating_rounds_and_stops_both_
     argv = [sys.executable, "-m", "bench.crowd", "-c", "20", "--rounds", "2", "--delay", "0.2", "--settled-floor",
             "--out", str(tmp_path)]  # fmt: skip
     with Tracked(argv) as run:
+        # The floor it measures is the one asked for: started with its collector settled.
+        assert wait_for(lambda: run.descendants("bench.bare_server", "--settled-collector"), timeout=60)
         stdout, stderr = run.communicate(timeout=200)
         assert run.process.returncode == 0, stderr
         assert run.survivors() == []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.load_findings import knee_findings
 from bench.seed import target
 from lab import loopback
 from tests.bench_helpers import Tracked, is_png
@@ -43,6 +44,18 @@ def test_arrivals_past_capacity_get_503s_from_a_small_max_pending_and_a_queue_wi
     assert any("the lowest step's median answer" in f for f in doc["findings"])
     assert "max_pending" in stdout.splitlines()[0]
     assert is_png(out / "knee.png") and (out / "knee.md").exists()
+
+
+def test_the_findings_give_the_capacity_the_lowest_step_s_median_makes() -> None:
+    def row(offered: float, p50: float, answered: float) -> dict[str, object]:
+        return {"mode": "processing", "max_pending": 10000, "offered_rps": offered, "sent": 100, "ok_rps": answered,
+                "rejected": 0, "p50_ms": p50, "p95_ms": p50}  # fmt: skip
+
+    # Predicted from t alone: 2 lanes / 0.1 s = 20 req/s; loaded, a request took 50 ms: 2 / 0.05 s = 40 req/s.
+    predicted = {"processing": {"lanes": 2, "t_s": 0.1, "capacity_rps": 20.0}}
+    found = knee_findings([row(20, 50, 20), row(40, 60, 39), row(60, 900, 40)], predicted)
+    assert "the lowest step's median answer, 50 ms, makes the capacity 40.0 req/s" in " ".join(found)
+    assert "2.00x the prediction from t alone" in " ".join(found)
 
 
 def test_the_seed_runs_on_the_lab_and_on_uwsgi_and_writes_its_tables(tmp_path: Path) -> None:

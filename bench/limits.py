@@ -12,8 +12,11 @@ from __future__ import annotations
 import resource
 import sys
 
+from lab.descriptors import RESERVE
+
 SOCKETS_PER_REQUEST = 2  # in the lab server process that serves it
-SPARE_FILES = 512  # the interpreter's, the logs', the pools' pipes
+# The interpreter's, the logs', the pools' pipes: what the lab keeps out of its /async budget (lab/descriptors.py).
+SPARE_FILES = RESERVE
 # Waits a forked server's processes may hold above an even share (dispatch sends each connection to the
 # least busy child; reuseport lets the kernel choose): 1.1 x c/P.
 UNEVEN_SHARE = 1.1

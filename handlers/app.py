@@ -9,6 +9,7 @@ from tornado.web import Application, RequestHandler
 from handlers.base import NotFoundHandler
 from handlers.routes import all_routes
 from lab.config import Config
+from lab.logs import clip
 from lab.services import Services
 
 access_log = logging.getLogger("tornado.access")
@@ -21,12 +22,23 @@ QUIET_PATHS = frozenset({"/ping"})
 def make_app(config: Config, services: Services) -> Application:
     def log_request(handler: RequestHandler) -> None:
         # Tornado calls this once for every request it finishes, errors and
-        # abandoned requests included (the access log only: lab/lifecycle.py counts them).
+        # abandoned requests included (the access log only: lab/lifecycle.py
+        # counts them). One line each, whatever the request, and a bounded one:
+        # the URI and the error's message are clipped. --no-access-log: none.
         if config.access_log and handler.request.path not in QUIET_PATHS:
             status = handler.get_status()
             level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
             request = handler.request
-            access_log.log(level, "%d %s %s %.1fms", status, request.method, request.uri, request.request_time() * 1000)
+            error = getattr(handler, "error_message", None)
+            access_log.log(
+                level,
+                "%d %s %s %.1fms%s",
+                status,
+                clip(request.method or "", 20),
+                clip(request.uri or ""),
+                request.request_time() * 1000,
+                f": {clip(error, 300)}" if error else "",
+            )
 
     return Application(
         all_routes(services),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from tornado.web import Finish
 
 from lab.errors import LabError
+from lab.hosts import cross_site
 from lab.json_handler import JsonHandler
 from lab.lifecycle import ClientGone, RequestLife
 from lab.modes import MODES
@@ -21,10 +22,22 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class LabHandler(JsonHandler):
-    """A lab route: gets the server's services injected; its request is begun, counted and released by its life."""
+class HostCheckedHandler(JsonHandler):
+    """Every lab route, the race WebSocket included: only requests whose Host names this server (lab/hosts.py)."""
 
     services: Services
+
+    def prepare(self) -> None:
+        hosts = self.services.hosts
+        if not hosts.allows(self.request.host):
+            raise LabError(403, hosts.refusal(self.request.host))
+
+
+class LabHandler(HostCheckedHandler):
+    """A lab route: gets the server's services injected; its request is begun, counted and released by its life."""
+
+    # A route that runs work refuses what a browser marks as asked for by another site's page.
+    runs_work = False
 
     def initialize(self, services: Services) -> None:
         self.services = services
@@ -32,7 +45,15 @@ class LabHandler(JsonHandler):
         self.life: RequestLife = services.lifecycle.begin(self.request.connection.stream)  # type: ignore[union-attr]
 
     def prepare(self) -> None:
+        super().prepare()
         self.query = decode_query(self.request)
+        if self.runs_work and cross_site(self.request.headers.get("Sec-Fetch-Site")):
+            raise LabError(
+                403,
+                f"{self.request.path[:60]} runs work, and the browser says a page on another site asked for it "
+                "(Sec-Fetch-Site: cross-site): work runs for this server's own page, the address bar and "
+                "clients that are not browsers",
+            )
 
     def params(self, parse: Callable[[Mapping[str, Sequence[str]]], dict[str, Any]]) -> dict[str, Any]:
         """The query string through `parse`; a ParamError is the client's 400."""
@@ -54,10 +75,13 @@ class LabHandler(JsonHandler):
         try:
             return await self.life.attend(work)
         except ClientGone:
-            # Nobody to answer; 499 is nginx's "client closed request", so the
-            # access log and /stats show what happened.
-            self.set_status(499, "Client Closed Request")
-            raise Finish() from None
+            self.client_left()
+
+    def client_left(self) -> NoReturn:
+        """End a request whose client has gone: nobody to answer."""
+        # 499 is nginx's "client closed request", so the access log and /stats show what happened.
+        self.set_status(499, "Client Closed Request")
+        raise Finish() from None
 
     def on_connection_close(self) -> None:
         self.life.client_gone()

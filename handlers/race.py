@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
-from handlers.base import LabHandler
+from handlers.base import HostCheckedHandler, LabHandler
 from lab import ROOT
 from lab.errors import LabError
-from lab.json_handler import JsonHandler
+from lab.hosts import SHOWN
 from lab.modes import ASYNC_PARAMS, MODES
 from workloads.params import IntParam, ParamError
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
@@ -52,8 +52,15 @@ log = logging.getLogger(__name__)
 
 PAGE_WARMUP_S = 1
 CONCURRENCY = IntParam("concurrency", 10, 1, 50, "simultaneous requests")
-# A race request is a few hundred bytes; refuse anything much larger unread.
+# A race request is a few hundred bytes: a larger message gets an error event and close code 1009.
 MAX_MESSAGE_BYTES = 4096
+# Beyond this Tornado closes the connection unread (1009 "message too big"), with no event: no page sends one.
+MAX_FRAME_BYTES = 64 * 1024
+# A race request is an object holding one object (params): deeper nesting is refused before json.loads
+# walks it (the C parser recurses, and a thousand brackets would raise RecursionError).
+MAX_DEPTH = 4
+# WebSocket close codes (RFC 6455, 7.4.1).
+CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_INVALID, CLOSE_POLICY, CLOSE_TOO_BIG = 1000, 1003, 1007, 1008, 1009
 # One JSON line of the load generator: a response event carries a whole
 # envelope, far below this.
 MAX_LINE_BYTES = 1 << 20
@@ -62,7 +69,28 @@ STDERR_TAIL_BYTES = 2000
 
 
 class RaceInputError(ValueError):
-    """The page asked for a race this server will not run."""
+    """The page asked for a race this server will not run; `code` is the close code that says why."""
+
+    def __init__(self, message: str, code: int = CLOSE_POLICY) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def nesting(text: str) -> int:
+    """How deeply `text`'s JSON arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 class LoadGeneratorError(RuntimeError):
@@ -94,13 +122,19 @@ class RaceRequest:
     def parse(cls, message: str | bytes) -> RaceRequest:
         """Validate the page's message with the same parsers (and limits) as the routes."""
         if isinstance(message, bytes):
-            raise RaceInputError("send the race as a JSON text message")
+            raise RaceInputError("send the race as a JSON text message", CLOSE_UNSUPPORTED)
+        if len(message) > MAX_MESSAGE_BYTES:
+            raise RaceInputError(
+                f"the race request is {len(message)} characters; at most {MAX_MESSAGE_BYTES}", CLOSE_TOO_BIG
+            )
+        if nesting(message) > MAX_DEPTH:
+            raise RaceInputError(f"the race request nests deeper than {MAX_DEPTH} levels", CLOSE_INVALID)
         try:
             doc = json.loads(message)
-        except ValueError:
-            raise RaceInputError("the race request is not JSON") from None
+        except (ValueError, RecursionError):
+            raise RaceInputError("the race request is not JSON", CLOSE_INVALID) from None
         if not isinstance(doc, dict):
-            raise RaceInputError("the race request must be a JSON object")
+            raise RaceInputError("the race request must be a JSON object", CLOSE_INVALID)
         unknown = set(doc) - {"mode", "workload", "params", "concurrency"}
         if unknown:
             raise RaceInputError(f"unknown field(s) {', '.join(sorted(unknown))[:100]}; allowed: "
@@ -198,7 +232,7 @@ async def _tail(stream: asyncio.StreamReader) -> str:
     return kept.decode("utf-8", errors="replace")
 
 
-class RaceSocket(WebSocketHandler, JsonHandler):
+class RaceSocket(WebSocketHandler, HostCheckedHandler):
     """Runs the one race a connection asks for and streams its events back."""
 
     def initialize(self, services: Services) -> None:
@@ -207,7 +241,12 @@ class RaceSocket(WebSocketHandler, JsonHandler):
 
     @property
     def max_message_size(self) -> int:
-        return MAX_MESSAGE_BYTES
+        return MAX_FRAME_BYTES
+
+    def check_origin(self, origin: str) -> bool:
+        # Asked only of a page that is not this origin: it may start races if it
+        # is on one of this server's names (another port of localhost, say).
+        return self.services.hosts.allows_origin(origin)
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         # Tornado answers a bad handshake in plain text; check what it checks
@@ -220,7 +259,12 @@ class RaceSocket(WebSocketHandler, JsonHandler):
         # Tornado 6.6's own cross-origin algorithm (Sec-Fetch-Site, then Origin
         # against Host, then check_origin), as WebSocketHandler.get runs it.
         if self._check_cross_origin(self.check_origin) is not None:
-            raise LabError(403, "cross-origin WebSockets are not allowed: open the page from this server")
+            origin = headers.get("Origin", "")[:SHOWN]
+            raise LabError(
+                403,
+                f"a page from {origin!r} may not start races here: open the page from this server "
+                f"({self.services.hosts.describe()})",
+            )
         if headers.get("Sec-WebSocket-Version") not in ("7", "8", "13"):
             raise LabError(426, "unsupported WebSocket version", headers={"Sec-WebSocket-Version": "13"})
         if not headers.get("Sec-WebSocket-Key"):
@@ -229,12 +273,12 @@ class RaceSocket(WebSocketHandler, JsonHandler):
 
     def on_message(self, message: str | bytes) -> None:
         if self._race is not None:
-            self.close(1008, "one race per connection")
+            self.close(CLOSE_POLICY, "one race per connection")
             return
         try:
             request = RaceRequest.parse(message)
         except RaceInputError as error:
-            self._refuse(str(error))
+            self._refuse(str(error), error.code)
             return
         races = self.services.races
         if races:  # one at a time per server process: two races would measure each other
@@ -246,10 +290,11 @@ class RaceSocket(WebSocketHandler, JsonHandler):
         races.add(race)
         race.add_done_callback(self._ended)
 
-    def _refuse(self, message: str) -> None:
+    def _refuse(self, message: str, code: int = CLOSE_NORMAL) -> None:
         if self.ws_connection is not None and not self.ws_connection.is_closing():
             self.write_message({"event": "error", "message": message})
-            self.close(1000)
+            # The reason, cut to fit a close frame (123 bytes of UTF-8 at most).
+            self.close(code, message.encode()[:100].decode(errors="ignore"))
 
     async def _run(self, request: RaceRequest) -> None:
         command = request.command(self.services.base_url)
@@ -266,7 +311,7 @@ class RaceSocket(WebSocketHandler, JsonHandler):
         if error is not None and not isinstance(error, WebSocketClosedError):  # the page left: not a failure
             log.error("race failed", exc_info=error)
         if self.ws_connection is not None:
-            self.close(1000)  # one race per connection: the race is over
+            self.close(CLOSE_NORMAL)  # one race per connection: the race is over
 
     def on_close(self) -> None:
         if self._race is not None:

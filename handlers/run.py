@@ -13,6 +13,8 @@ from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 
 class RunHandler(LabHandler):
+    runs_work = True
+
     async def get(self, name: str, workload_name: str | None) -> None:
         runner = self.services.runners.get(name)
         if runner is None or (workload_name is not None and not MODES[name].runs_workloads):
@@ -22,6 +24,11 @@ class RunHandler(LabHandler):
         workload, params = self._what(mode, workload_name)
         self._check_can_run(mode, workload)
         self.life.claim(workload)
+        if runner.inline and self.life.departed():
+            # A blocking run holds the loop and cannot be stopped once begun;
+            # one whose client left while it waited its turn is not begun (499,
+            # as a pool job whose client left while it waited for a worker).
+            self.client_left()
         work = runner.run(workload, params)
         # A blocking run happens inline, in this very call, so its response is
         # written before the loop takes the next request; inside a task, runs

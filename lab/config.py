@@ -20,9 +20,10 @@ from urllib.parse import urlsplit
 
 from lab import ROOT
 from lab.accept import POLICIES
+from lab.hosts import allowed_host_arg
 from lab.modes import MODES, mode_settings
 from lab.settings import Setting, Values, count, seconds
-from lab.upstream_client import CLIENTS
+from lab.upstream_client import CLIENTS, DEFAULT_IDLE_S, UPSTREAM_IDLE_MARGIN_S
 
 T = TypeVar("T")
 
@@ -86,7 +87,28 @@ def _choices_help(what: str, choices: Mapping[str, str], tail: str) -> str:
 class Config:
     """Everything a server process is told; Config(port=0, thread_pool=2) in a test, parse_args from argv."""
 
-    host: str = declare(Setting("--host", str, "127.0.0.1", help="bind address (default: %(default)s, loopback only)"))
+    host: str = declare(
+        Setting(
+            "--host",
+            str,
+            "127.0.0.1",
+            help="bind address (default: %(default)s, loopback only); 0.0.0.0 listens on every interface, and "
+            "requests then need a Host this server answers to: add --allow-host NAME for each name or address "
+            "other machines use to reach it",
+        )
+    )
+    allow_host: tuple[str, ...] = declare(
+        Setting[Any](
+            "--allow-host",
+            allowed_host_arg,
+            (),
+            metavar="NAME",
+            repeat=True,
+            help="answer requests whose Host is NAME too (repeat for more; .example.com: it and its subdomains; "
+            "'*': any, which lets any web page drive the lab through DNS rebinding); always answered: "
+            "localhost, 127.0.0.1, [::1] and the --host address, any port",
+        )
+    )
     port: int = declare(Setting("--port", count(0), 8000, help="port; 0 picks a free one (default: %(default)s)"))
     processes: int = declare(
         Setting(
@@ -130,7 +152,14 @@ class Config:
         )
     )
     access_log: bool = declare(
-        Setting("--no-access-log", default=True, dest="access_log", help="do not log every request")
+        Setting(
+            "--no-access-log",
+            default=True,
+            dest="access_log",
+            help="no line per request, whatever its status (4xx and 5xx too; /stats and /metrics count them); "
+            "the server's own warnings and errors are still logged (without it: one line per request, quoting "
+            "at most 200 characters of its URI)",
+        )
     )
     debug: bool = declare(
         Setting(
@@ -179,6 +208,17 @@ class Config:
             "(default: %(default)s)",
         )
     )
+    upstream_idle: float = declare(
+        Setting(
+            "--upstream-idle",
+            seconds,
+            DEFAULT_IDLE_S,
+            metavar="S",
+            help="/async's pooled client closes an upstream connection idle for S seconds, so that after a crowd "
+            "the descriptors return to rest (the embedded upstream closes its side after S + "
+            f"{UPSTREAM_IDLE_MARGIN_S:g}) (default: %(default)s)",
+        )
+    )
     grace: float = declare(
         Setting(
             "--grace",
@@ -221,6 +261,11 @@ def _default(item: Field[Any]) -> Any:
     return item.default_factory() if item.default_factory is not MISSING else item.default
 
 
+def embedded_upstream_idle(config: Config) -> float:
+    """How long the embedded upstream keeps an idle connection: longer than the client (it closes first)."""
+    return config.upstream_idle + UPSTREAM_IDLE_MARGIN_S
+
+
 def settings() -> list[Setting[Any]]:
     """Every setting, in --help's order: Config's fields, with each mode's own where `mode_settings` sits."""
     found: list[Setting[Any]] = []
@@ -251,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser = build_parser()
     values = vars(parser.parse_args(argv))
+    values.update({setting.name: setting.value(values[setting.name]) for setting in settings()})
     for setting in settings():
         problem = setting.problem(values)
         if problem:

@@ -40,6 +40,8 @@ from workloads.timing import RunRecord
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
 
+    from lab.dask_runner import TlsFiles
+
 log = logging.getLogger(__name__)
 
 # distributed's logging defaults put Tornado's loggers at CRITICAL, which
@@ -106,10 +108,13 @@ class Cluster:
         scheduler: str | None,
         workers: int,
         view: dict[str, Any],
+        *,
         started: Callable[[int, str], None],
         resized: Callable[[int], None],
+        tls: TlsFiles | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.tls = tls
         self.workers = workers  # embedded cluster only
         self.view = view
         self.roster = Roster()
@@ -181,7 +186,18 @@ class Cluster:
         return client
 
     async def _join(self, patience: float) -> Client:
-        client: Client = await distributed.Client(self.scheduler, asynchronous=True, timeout=patience)
+        security = None
+        if self.tls is not None:  # mutual TLS: the lab shows its certificate, and checks the cluster's
+            ca, cert, key = self.tls
+            security = distributed.Security(
+                tls_ca_file=str(ca),
+                tls_client_cert=str(cert),
+                tls_client_key=str(key) if key is not None else None,
+                require_encryption=True,
+            )
+        client: Client = await distributed.Client(
+            self.scheduler, asynchronous=True, timeout=patience, security=security
+        )
         # External workers may not have this project: ship its workloads package, to each worker and
         # every worker that joins later (a registered plugin).
         await client.register_plugin(workloads_upload(), name="lab-workloads")

@@ -12,7 +12,9 @@ external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
            `dask scheduler` and `dask worker` (docs/operating.md, "A Dask
            cluster of your own"), connected at start-up. The client ships the
            `workloads` package to its workers, so they need only this
-           project's requirements.
+           project's requirements. tls://HOST:PORT with --dask-tls-*: one that
+           admits only holders of its certificates (Dask's TLS: whoever can
+           reach a scheduler can run code on its workers).
 
 What the pools do, this runner does too (it is a PoolRunner): the admission
 gate (its size follows the cluster's worker threads as workers come and go),
@@ -34,7 +36,8 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Self
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from urllib.parse import urlsplit
 
 from lab.config import cpu_count
@@ -55,9 +58,16 @@ RECONNECT_EVERY_S = 3.0
 
 def _scheduler(text: str) -> str:
     parts = urlsplit(text)
-    if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or parts.port is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a Dask scheduler address like tcp://127.0.0.1:8786")
     return text.rstrip("/")
+
+
+def _pem_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file")
+    return path
 
 
 def _workers_for_embedded_only(values: Values) -> str | None:
@@ -66,12 +76,36 @@ def _workers_for_embedded_only(values: Values) -> str | None:
     return None
 
 
+def _tls_with_tls_scheduler(values: Values) -> str | None:
+    tls = (values["dask_scheduler"] or "").startswith("tls://")
+    given = values["dask_tls_ca"] or values["dask_tls_cert"] or values["dask_tls_key"]
+    if tls and not (values["dask_tls_ca"] and values["dask_tls_cert"]):
+        return "a tls:// Dask scheduler needs --dask-tls-ca and --dask-tls-cert (and --dask-tls-key if apart)"
+    if given and not tls:
+        return "--dask-tls-* are for a tls:// --dask-scheduler"
+    return None
+
+
 DASK_SCHEDULER = Setting[str | None](
     "--dask-scheduler",
     _scheduler,
     metavar="tcp://HOST:PORT",
-    help="/distributed runs on this running Dask cluster (docs/operating.md); default: an "
-    "embedded LocalCluster, started on the first /distributed request",
+    help="/distributed runs on this running Dask cluster (docs/operating.md); tls://HOST:PORT with the "
+    "--dask-tls-* certificates for one that requires them; default: an embedded LocalCluster, started on "
+    "the first /distributed request",
+)
+DASK_TLS_CA = Setting[Path | None](
+    "--dask-tls-ca",
+    _pem_file,
+    metavar="FILE",
+    help="a tls:// scheduler: the CA certificate (PEM) its cluster's certificates are signed with",
+    check=_tls_with_tls_scheduler,
+)
+DASK_TLS_CERT = Setting[Path | None](
+    "--dask-tls-cert", _pem_file, metavar="FILE", help="a tls:// scheduler: the lab's certificate (PEM), signed by it"
+)
+DASK_TLS_KEY = Setting[Path | None](
+    "--dask-tls-key", _pem_file, metavar="FILE", help="its private key (PEM), unless --dask-tls-cert holds it"
 )
 DASK_WORKERS = Setting[int | None](
     "--dask-workers",
@@ -85,10 +119,18 @@ DASK_WORKERS = Setting[int | None](
 )
 
 
+class TlsFiles(NamedTuple):
+    """A tls:// scheduler's certificates, as distributed.security.Security takes them."""
+
+    ca: Path
+    cert: Path
+    key: Path | None
+
+
 class DaskRunner(PoolRunner):
     kind = "dask"
     timeout_outcome = "its task was cancelled and its worker process killed (its nanny starts a new one)"
-    settings = (DASK_SCHEDULER, DASK_WORKERS)
+    settings = (DASK_SCHEDULER, DASK_WORKERS, DASK_TLS_CA, DASK_TLS_CERT, DASK_TLS_KEY)
 
     def __init__(
         self, mode: str, workers: int, max_pending: int, job_timeout: float, scheduler: str | None = None
@@ -96,6 +138,7 @@ class DaskRunner(PoolRunner):
         super().__init__(mode, workers, max_pending, job_timeout)
         self.workers = workers  # embedded cluster only
         self.scheduler = scheduler
+        self.tls: TlsFiles | None = None  # a tls:// scheduler's certificates
         self.counts["workers_lost"] = 0
         self._cluster: Cluster | None = None
         self._starting: asyncio.Task[None] | None = None
@@ -112,7 +155,11 @@ class DaskRunner(PoolRunner):
     @classmethod
     def from_config(cls, mode: str, config: Config) -> Self:
         workers = config[DASK_WORKERS] or max(1, cpu_count() // config.process_count)
-        return cls(mode, workers, config.max_pending, config.job_timeout, config[DASK_SCHEDULER])
+        runner = cls(mode, workers, config.max_pending, config.job_timeout, config[DASK_SCHEDULER])
+        ca, cert = config[DASK_TLS_CA], config[DASK_TLS_CERT]
+        if ca is not None and cert is not None:
+            runner.tls = TlsFiles(ca, cert, config[DASK_TLS_KEY])
+        return runner
 
     @staticmethod
     def preflight(config: Config) -> str | None:
@@ -148,7 +195,7 @@ class DaskRunner(PoolRunner):
 
             dask_cluster.configure()
             self._cluster = dask_cluster.Cluster(
-                self.scheduler, self.workers, self._plan, started=self._started, resized=self.slots.resize
+                self.scheduler, self.workers, self._plan, started=self._started, resized=self.slots.resize, tls=self.tls
             )
         return self._cluster
 

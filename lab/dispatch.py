@@ -30,6 +30,7 @@ import selectors
 import signal
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from typing import Any
 from tornado.ioloop import IOLoop
 
 from lab.accept import Occupancy
+from lab.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 
 log = logging.getLogger("lab.server")
 
@@ -103,6 +105,8 @@ class Dispatcher:
         self.restarts = 0
         self._turn = 0
         self._listening = False
+        self._out_of_files = OutOfFiles()
+        self._paused_until = 0.0  # out of descriptors: no accepting before then (time.monotonic)
 
     def run(self) -> tuple[int, socket.socket]:
         """Fork the children and dispatch until they have all stopped; returns only in a child."""
@@ -114,7 +118,8 @@ class Dispatcher:
             for sock in self.listeners:
                 sock.setblocking(False)
             while self.children:
-                self._listen(not self.stopping and len(self.pending) < MAX_PENDING)
+                paused = time.monotonic() < self._paused_until
+                self._listen(not self.stopping and not paused and len(self.pending) < MAX_PENDING)
                 for key, _ in self.selector.select(timeout=0.05 if self.pending else POLL_S):
                     key.data(key.fileobj)
                 if self.stopping:
@@ -258,6 +263,11 @@ class Dispatcher:
             try:
                 connection, _address = listener.accept()
             except (BlockingIOError, ConnectionAbortedError):
+                return
+            except OSError as error:
+                if not self._out_of_files.should_pause(error):
+                    raise
+                self._paused_until = time.monotonic() + ACCEPT_PAUSE_S  # the kernel's queue holds the rest
                 return
             self.pending.append(connection)
             self._send_pending()

@@ -13,6 +13,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
+from lab.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 from lab.dispatch import FromParent
 
 if TYPE_CHECKING:
@@ -24,21 +25,35 @@ MAX_BODY_BYTES = 64 * 1024
 # Room for long (rejected) URLs: Tornado closes the connection without a word
 # when the headers exceed this, so keep it well above MAX_URI_LENGTH.
 MAX_HEADER_BYTES = 256 * 1024
+# Connections accepted per wake-up at most (tornado.netutil's bound: its default listen backlog).
+ACCEPT_BATCH = 128
 
 # What tornado.http1connection writes for a request it cannot parse.
 _BARE_400 = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _BODY = json.dumps({"error": {"status": 400, "message": "malformed HTTP request"}}).encode()
 _JSON_400 = (
     b"HTTP/1.1 400 Bad Request\r\n"
-    b"Content-Type: application/json; charset=UTF-8\r\n"
+    b"Content-Type: application/json; charset=UTF-8\r\nX-Content-Type-Options: nosniff\r\n"
     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BODY
 )
 
 
-def make_http_server(app: Application, lifecycle: Lifecycle | None = None, *, fair: bool = False) -> LabHTTPServer:
+def make_http_server(
+    app: Application,
+    lifecycle: Lifecycle | None = None,
+    *,
+    fair: bool = False,
+    idle_connection_timeout: float | None = None,
+) -> LabHTTPServer:
     """The server for `app`. With `lifecycle`, each connection is told to it (what the process holds);
-    with `fair` too, it accepts as lab/accept.py's fair policy says, from what the lifecycle holds."""
-    server = LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
+    with `fair` too, it accepts as lab/accept.py's fair policy says, from what the lifecycle holds.
+    `idle_connection_timeout`: a connection with no request for that long is closed (Tornado's: an hour)."""
+    server = LabHTTPServer(
+        app,
+        max_body_size=MAX_BODY_BYTES,
+        max_header_size=MAX_HEADER_BYTES,
+        idle_connection_timeout=idle_connection_timeout,
+    )
     server.lifecycle = lifecycle
     server.fair = fair
     return server
@@ -47,6 +62,10 @@ def make_http_server(app: Application, lifecycle: Lifecycle | None = None, *, fa
 class LabHTTPServer(HTTPServer):
     """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line.
 
+    It accepts for itself (not with tornado.netutil's accept handler, which
+    lets "too many open files" escape, a traceback for every turn of the
+    loop): out of descriptors, it stops accepting for a moment and the
+    connections wait in the listen queue (lab/descriptors.py).
     With a `lifecycle`, each connection it takes and closes is told to it, so
     that the process knows what it holds (lab/accept.py). With `fair` it also
     accepts one connection per wake-up and listens only while the process has
@@ -57,7 +76,9 @@ class LabHTTPServer(HTTPServer):
     lifecycle: Lifecycle | None = None
     fair = False
     _listening = False
+    _paused = False
     _parent: FromParent | None = None
+    _out_of_files: OutOfFiles | None = None
 
     def take_from(self, channel: socket.socket) -> None:
         """Serve the connections the dispatching parent sends down `channel` (--accept dispatch)."""
@@ -71,34 +92,57 @@ class LabHTTPServer(HTTPServer):
         super().stop()
 
     def add_sockets(self, sockets: Iterable[socket.socket]) -> None:
-        if not self.fair or self.lifecycle is None:
-            super().add_sockets(sockets)
-            return
         for sock in sockets:
             self._sockets[sock.fileno()] = sock
             # What stop() calls for each socket before closing it.
             self._handlers[sock.fileno()] = self._listen_as_room_allows
-        self.lifecycle.occupancy.on_change = self._listen_as_room_allows
+        if self.fair and self.lifecycle is not None:
+            self.lifecycle.occupancy.on_change = self._listen_as_room_allows
         self._listen_as_room_allows()
 
     def _listen_as_room_allows(self) -> None:
-        wanted = not self._stopped and self.lifecycle is not None and not self.lifecycle.occupancy.full
+        full = self.fair and self.lifecycle is not None and self.lifecycle.occupancy.full
+        wanted = not self._stopped and not self._paused and not full
         if wanted == self._listening:
             return
         loop = IOLoop.current()
         for sock in self._sockets.values():
             if wanted:
-                loop.add_handler(sock, self._accept_one, IOLoop.READ)
+                loop.add_handler(sock, self._accept, IOLoop.READ)
             else:
                 loop.remove_handler(sock)  # also drops a wake-up already queued for it
         self._listening = wanted
 
-    def _accept_one(self, sock: socket.socket, events: int) -> None:
-        try:
-            connection, address = sock.accept()
-        except (BlockingIOError, ConnectionAbortedError):
-            return  # a sibling took it, or the client gave up while it waited
-        self._handle_connection(connection, address)  # -> handle_stream: holds a whole unit
+    def _accept(self, sock: socket.socket, events: int) -> None:
+        # As tornado.netutil's handler: a bounded batch per wake-up (fair: one,
+        # the process may be full after it), so other work is not starved.
+        for _ in range(1 if self.fair else ACCEPT_BATCH):
+            try:
+                connection, address = sock.accept()
+            except BlockingIOError:
+                return  # none left (or a sibling took it)
+            except ConnectionAbortedError:
+                continue  # the client gave up while it waited in the queue
+            except OSError as error:
+                self._out_of_files = self._out_of_files or OutOfFiles()
+                if not self._out_of_files.should_pause(error):
+                    raise
+                self._pause()
+                return
+            self._handle_connection(connection, address)  # -> handle_stream
+            if not self._listening:
+                return
+
+    def _pause(self) -> None:
+        """No descriptor left: stop accepting for ACCEPT_PAUSE_S; the listen queue holds the newcomers."""
+
+        def resume() -> None:
+            self._paused = False
+            self._listen_as_room_allows()
+
+        self._paused = True
+        self._listen_as_room_allows()
+        IOLoop.current().call_later(ACCEPT_PAUSE_S, resume)
 
     def on_close(self, server_conn: object) -> None:
         if self.lifecycle is not None:

@@ -6,6 +6,7 @@
     life.claim(workload)   once known: the request takes its share of the process from its connection
     life.attend(work)      the work it awaits; cancelled if its client goes (ClientGone) or
                            the server's grace period runs out (503)
+    life.departed()        whether its client has closed its connection already (before a blocking run)
     life.end(status)       counted once, as the response is about to leave: success and error alike
     life.left()            the response has gone: the request holds nothing any more
     disconnected(stream)   the connection closed, whatever it carried
@@ -17,11 +18,13 @@ these; nothing else touches the counters or the process's occupancy.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream
 
 from lab.accept import ACCEPT_GRACE_S, Occupancy
 from lab.errors import LabError
@@ -150,6 +153,26 @@ class RequestLife:
     def ran(self, cpu: float | None) -> None:
         """Its run took `cpu` CPU seconds where it ran: added to its mode's sum in /stats when it ends."""
         self._cpu = cpu
+
+    def departed(self) -> bool:
+        """Whether its client has closed the connection already, though the loop has not noticed yet.
+
+        A request queued behind a blocking run is read before the loop gets to
+        see its connection's end; the kernel has it: a FIN (nothing left to
+        read) or a reset. A client that sent more (a pipelined request) is
+        taken to be there.
+        """
+        stream = self._connection
+        if self._gone or (isinstance(stream, IOStream) and stream.closed()):
+            return True
+        if not isinstance(stream, IOStream):
+            return False
+        try:
+            return stream.socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False  # open, nothing sent since its request
+        except OSError:
+            return True  # reset
 
     def client_gone(self) -> None:
         self._gone = True

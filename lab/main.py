@@ -30,7 +30,7 @@ from tornado.web import Application
 
 from lab import collector, logs
 from lab.accept import reserve_port
-from lab.config import Config, parse_args
+from lab.config import Config, embedded_upstream_idle, parse_args
 from lab.dispatch import Dispatcher
 from lab.httpserver import LabHTTPServer, make_http_server
 from lab.modes import preflight
@@ -235,7 +235,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
         port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
-    upstream = None if config.upstream else EmbeddedUpstream.start()
+    upstream = None if config.upstream else EmbeddedUpstream.start(idle_timeout=embedded_upstream_idle(config))
     if upstream is not None:  # from here on, /async's upstream is this one, as if given with --upstream
         config = dataclasses.replace(config, upstream=upstream.url)
     parent = os.getpid()

@@ -67,11 +67,15 @@ class EmbeddedUpstream:
         self.url = url
 
     @classmethod
-    def start(cls, host: str = "127.0.0.1", ready_timeout: float = 20.0) -> EmbeddedUpstream:
+    def start(
+        cls, host: str = "127.0.0.1", ready_timeout: float = 20.0, idle_timeout: float | None = None
+    ) -> EmbeddedUpstream:
+        """Start it; `idle_timeout`: it closes a connection idle that long (default: its own)."""
+        idle = ["--idle-timeout", repr(idle_timeout)] if idle_timeout is not None else []
         with socket.create_server((host, 0), backlog=LISTEN_BACKLOG) as sock:
             port = sock.getsockname()[1]
             process = subprocess.Popen(
-                [sys.executable, "-m", "lab.upstream_server", "--fd", str(sock.fileno())],
+                [sys.executable, "-m", "lab.upstream_server", "--fd", str(sock.fileno()), *idle],
                 pass_fds=[sock.fileno()],
                 cwd=ROOT,
             )

@@ -14,6 +14,7 @@ from tornado.ioloop import PeriodicCallback
 from lab.config import Config, cpu_count
 from lab.cores import CoreMeter
 from lab.gil import GilMeter
+from lab.hosts import AllowedHosts
 from lab.lifecycle import Lifecycle
 from lab.modes import build_runners
 from lab.runners import Runner
@@ -54,12 +55,15 @@ class Services:
     cores: CoreMeter = field(default_factory=CoreMeter)
     core_wait: float | None = None
     lifecycle: Lifecycle = field(init=False)
+    # The names it answers to (the Host check, the race's Origin check).
+    hosts: AllowedHosts = field(init=False)
     _publisher: PeriodicCallback | None = None
     _published_at: float = 0.0
     _publish_soon: asyncio.Handle | None = None
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.requests, self.facts, self._publish_request)
+        self.hosts = AllowedHosts(self.config.allow_host, self.config.host)
 
     @classmethod
     async def start(cls, config: Config, base_url: str, task_id: int | None, board: Board) -> Services:

@@ -39,6 +39,8 @@ class Setting(Generic[T]):
     dest: str | None = None
     # What is wrong with this setting's value among all the others (e.g. --debug with --processes 2), or None.
     check: Callable[[Values], str | None] | None = None
+    # Given once per value (--allow-host a --allow-host b): its value is a tuple of them, () when not given.
+    repeat: bool = False
 
     @property
     def name(self) -> str:
@@ -55,6 +57,11 @@ class Setting(Generic[T]):
             action = "store_false" if self.default else "store_true"
             parser.add_argument(self.flag, dest=self.name, action=action, help=self.help_text())
             return
+        if self.repeat:
+            parser.add_argument(
+                self.flag, dest=self.name, type=self.parse, action="append", metavar=self.metavar, help=self.help_text()
+            )
+            return
         parser.add_argument(
             self.flag,
             dest=self.name,
@@ -64,6 +71,10 @@ class Setting(Generic[T]):
             choices=self.choices,
             help=self.help_text(),
         )
+
+    def value(self, parsed: Any) -> Any:
+        """What argparse gave, as Config keeps it: a repeated flag's values as a tuple."""
+        return tuple(parsed or ()) if self.repeat else parsed
 
     def problem(self, values: Values) -> str | None:
         return self.check(values) if self.check is not None else None

@@ -101,12 +101,13 @@ class RequestStats:
         entry["buckets"][bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
 
 
-def summarise(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """count/errors/mean_ms/max_ms per mode from the raw sums."""
+def summarise(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """count/errors/statuses/mean_ms/max_ms per mode from the raw sums."""
     return {
         mode: {
             "count": int(e["count"]),
             "errors": int(e["errors"]),
+            "statuses": dict(sorted(e["statuses"].items())),
             "mean_ms": round(e["total_ms"] / e["count"], 3) if e["count"] else 0.0,
             "max_ms": round(e["max_ms"], 3),
             "timed": int(e["timed"]),

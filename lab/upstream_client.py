@@ -25,12 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
+from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
 
 from tornado.httpclient import HTTPClientError
 from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
+from lab.descriptors import OUT_OF_FILES
 from lab.errors import LabError
 
 # Each client and what it does, in --upstream-client's help (lab/config.py).
@@ -45,7 +48,16 @@ MAX_SIMPLE_CALLS = 10_000
 # (server and upstream), reusing them 0.84-0.96. Each keeps a file open here and in the upstream,
 # which the burst that opened it held anyway.
 MAX_IDLE = 10_000
+# ... but not for ever: one idle for --upstream-idle seconds is closed (looked for a few times in that
+# span, at most every IDLE_SWEEP_S), so that after a crowd the descriptors here and in the upstream return
+# to rest. The embedded upstream keeps its side longer (lab/upstream_server.py): the client closes first.
+DEFAULT_IDLE_S = 20.0  # long enough that the crowds bench/crowd.py measures find the last round's open
+IDLE_SWEEP_S = 5.0
+UPSTREAM_IDLE_MARGIN_S = 10.0
 MAX_HEAD_BYTES = 64 * 1024
+
+
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class BadReply(ValueError):
@@ -59,27 +71,33 @@ class _Stale(Exception):
 class KeepAlivePool:
     """GET requests to one HTTP/1.1 server over connections kept alive between calls."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, idle_timeout: float = DEFAULT_IDLE_S) -> None:
+        self.idle_timeout = idle_timeout
         parts = urlsplit(url)
         if parts.scheme != "http":
             raise ValueError(f"the pooled client speaks plain HTTP, not {parts.scheme}: use --upstream-client simple")
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        # Connections waiting for a call, each with when it became idle (time.monotonic): oldest first.
+        self._idle: deque[tuple[Connection, float]] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
+
+    @property
+    def idle(self) -> int:
+        """Connections open and waiting for a call."""
+        return len(self._idle)
 
     async def get(self, path: str) -> tuple[int, bytes]:
         """(status, body) of GET `path`; OSError if the upstream cannot be reached, BadReply for garbage."""
         request = f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
         while self._idle:
-            connection = self._idle.pop()
+            connection, _since = self._idle.pop()  # the newest: the least likely to have been closed
             with contextlib.suppress(_Stale):
                 return await self._exchange(connection, request, reused=True)
         connection = await asyncio.open_connection(self.host, self.port, limit=MAX_HEAD_BYTES)
         return await self._exchange(connection, request, reused=False)
 
-    async def _exchange(
-        self, connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: bytes, *, reused: bool
-    ) -> tuple[int, bytes]:
+    async def _exchange(self, connection: Connection, request: bytes, *, reused: bool) -> tuple[int, bytes]:
         reader, writer = connection
         keep = False
         try:
@@ -98,14 +116,37 @@ class KeepAlivePool:
             return code, body
         finally:
             if keep and len(self._idle) < MAX_IDLE:
-                self._idle.append(connection)
+                self._idle.append((connection, time.monotonic()))
+                self._sweep_soon()
             else:
                 writer.close()  # also when cancelled or failed mid-exchange: never reuse it
 
-    def close(self) -> None:
-        for _, writer in self._idle:
+    def trim(self, count: int) -> None:
+        """Close the `count` longest idle connections (their descriptors are wanted)."""
+        for _ in range(min(count, len(self._idle))):
+            (_, writer), _since = self._idle.popleft()
             writer.close()
-        self._idle.clear()
+
+    def _sweep_soon(self) -> None:
+        if self._sweep is None:
+            every = min(IDLE_SWEEP_S, self.idle_timeout / 4)
+            self._sweep = asyncio.get_running_loop().call_later(every, self._close_stale)
+
+    def _close_stale(self) -> None:
+        """Close the connections idle for `idle_timeout`; look again later while any stays idle."""
+        self._sweep = None
+        too_old = time.monotonic() - self.idle_timeout
+        while self._idle and self._idle[0][1] <= too_old:
+            (_, writer), _since = self._idle.popleft()
+            writer.close()
+        if self._idle:
+            self._sweep_soon()
+
+    def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        self.trim(len(self._idle))
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
@@ -143,11 +184,11 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> t
 class Upstream:
     """GET {url}/delay?seconds=X, with every failure as the lab's 502 or 504."""
 
-    def __init__(self, url: str, kind: str, allowance: float) -> None:
+    def __init__(self, url: str, kind: str, allowance: float, idle_timeout: float = DEFAULT_IDLE_S) -> None:
         self.url = url
         self.kind = kind
         self.allowance = allowance  # --upstream-timeout: the silence allowed past the delay asked for
-        self._pool = KeepAlivePool(url) if kind == "pooled" else None
+        self._pool = KeepAlivePool(url, idle_timeout) if kind == "pooled" else None
         self._simple = (
             SimpleAsyncHTTPClient(
                 force_instance=True,
@@ -181,6 +222,12 @@ class Upstream:
             raise LabError(502, f"upstream {self.url} answered something that is not HTTP: {error}") from None
         except (OSError, HTTPClientError, asyncio.IncompleteReadError) as error:
             why = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            if isinstance(error, OSError) and error.errno in OUT_OF_FILES:
+                # Our exhaustion, not the upstream's fault: the descriptor budget
+                # (lab/descriptors.py) should have kept it from happening.
+                raise LabError(
+                    503, f"this server has no descriptor left for an upstream call ({why}); retry", retry_after=1
+                ) from None
             raise LabError(502, f"upstream {self.url} unreachable: {why}") from None
         if code != 200:
             raise LabError(502, f"upstream {self.url} answered {code}")
@@ -191,6 +238,15 @@ class Upstream:
         if not isinstance(doc, dict):
             raise LabError(502, f"upstream {self.url} answered something that is not a JSON object")
         return doc
+
+    @property
+    def idle(self) -> int:
+        """Connections kept open for the next calls (the pooled client's)."""
+        return self._pool.idle if self._pool is not None else 0
+
+    def trim(self, count: int) -> None:
+        if self._pool is not None:
+            self._pool.trim(count)
 
     def close(self) -> None:
         if self._pool is not None:

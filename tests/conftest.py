@@ -36,8 +36,8 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     """Start a server with the given flags; every one is killed when the test ends."""
     started: list[LabServer] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> LabServer:
-        lab = LabServer(list(args), tmp_path / f"server{len(started)}.log", env)
+    def start(*args: str, env: dict[str, str] | None = None, open_files: int | None = None) -> LabServer:
+        lab = LabServer(list(args), tmp_path / f"server{len(started)}.log", env, open_files)
         started.append(lab)
         return lab.start()
 

@@ -26,9 +26,23 @@ LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127
 SCRATCH = "dask-scratch-space"
 
 
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate (its own CA) and its key, made with openssl: what a tls:// cluster needs."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=lab-test",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
 class DaskCluster:
-    def __init__(self, folder: Path) -> None:
+    """`tls`: a certificate (its own CA) and its key; the cluster then speaks TLS and admits only their holders."""
+
+    def __init__(self, folder: Path, tls: tuple[Path, Path] | None = None) -> None:
         self.folder = folder
+        self.tls = ["--tls-ca-file", str(tls[0]), "--tls-cert", str(tls[0]), "--tls-key", str(tls[1])] if tls else []
         self.scheduler_file = folder / "scheduler.json"
         self.processes: list[subprocess.Popen[bytes]] = []
         self.watch = Watch()
@@ -45,8 +59,9 @@ class DaskCluster:
 
     def start_scheduler(self) -> str:
         self.scheduler_file.unlink(missing_ok=True)  # the scheduler writes its address there once it listens
-        self._start(["scheduler", "--port", "0", "--scheduler-file", str(self.scheduler_file), *LOOPBACK],
-                    "scheduler.log")  # fmt: skip
+        protocol = ["--protocol", "tls"] if self.tls else []
+        self._start(["scheduler", "--port", "0", "--scheduler-file", str(self.scheduler_file), *LOOPBACK, *protocol,
+                     *self.tls], "scheduler.log")  # fmt: skip
         # The scheduler creates the file before it has written it: wait for a whole JSON document.
         assert wait_for(self._written_address, timeout=60), self.log("scheduler.log")
         return self.address
@@ -59,10 +74,8 @@ class DaskCluster:
         return True
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
-        return self._start(
-            ["worker", "--scheduler-file", str(self.scheduler_file), "--nthreads", "1", "--name", name, *LOOPBACK],
-            f"worker-{name}.log",
-        )
+        where = ["--scheduler-file", str(self.scheduler_file), *LOOPBACK, *self.tls]
+        return self._start(["worker", *where, "--nthreads", "1", "--name", name], f"worker-{name}.log")
 
     def client(self) -> distributed.Client:
         """A client of this cluster for the test itself: another user of the same workers."""

@@ -23,6 +23,12 @@ from bench.servers import SERVING, all_serving
 from lab import ROOT, loopback
 from tests.procs import STALL_S, Watch, wait_for
 
+# `python -c LIMITED N ARGV...`: RLIMIT_NOFILE N (soft and hard), then exec python ARGV (the same process).
+LIMITED = (
+    "import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+
 
 class Reply:
     def __init__(self, status: int, headers: dict[str, str], body: bytes, sent: float, received: float) -> None:
@@ -101,10 +107,13 @@ def ping_while_pool_busy(url: str, mode: str, jobs: int) -> tuple[list[Reply], R
 class LabServer:
     """server.py in its own session, so teardown can kill its whole process group."""
 
-    def __init__(self, args: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None, open_files: int | None = None
+    ) -> None:
         self.args = list(args)
         self.log_path = log_path
         self.env = {**os.environ, **env} if env else None
+        self.open_files = open_files  # its RLIMIT_NOFILE, soft and hard (it raises the soft one to the hard)
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.watch = Watch()
@@ -112,8 +121,10 @@ class LabServer:
     def start(self, ready_timeout: float = 90.0, *, ready: bool = True) -> LabServer:
         """Start the server; with `ready`, wait until every server process serves."""
         self._log = self.log_path.open("wb")
+        # With open_files, a launcher sets the limit, then becomes the server (exec: the same pid).
+        limited = [sys.executable, "-c", LIMITED, str(self.open_files)] if self.open_files else [sys.executable]
         self.process = subprocess.Popen(
-            [sys.executable, "server.py", "--port", "0", *self.args],
+            [*limited, "server.py", "--port", "0", *self.args],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -149,6 +160,15 @@ class LabServer:
             if len(seen) == children:
                 break
         return seen, sent
+
+    def descriptors(self) -> dict[str, int]:
+        """Open descriptors now: the server process's and its embedded upstream's."""
+        counts = {"server": psutil.Process(self.pid).num_fds()}
+        for process in self.descendants():
+            with contextlib.suppress(psutil.Error):
+                if "lab.upstream_server" in process.cmdline():
+                    counts["upstream"] = process.num_fds()
+        return counts
 
     def _check_alive(self, deadline: float) -> None:
         assert self.process is not None

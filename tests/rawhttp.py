@@ -38,7 +38,10 @@ def exchange(base_url: str, request: bytes, timeout: float = 30.0) -> RawReply:
     return RawReply(status, headers, body)
 
 
-def get_raw(base_url: str, target: bytes, method: bytes = b"GET", extra: bytes = b"") -> RawReply:
+def get_raw(
+    base_url: str, target: bytes, method: bytes = b"GET", extra: bytes = b"", host: bytes = b"localhost"
+) -> RawReply:
     return exchange(
-        base_url, method + b" " + target + b" HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n" + extra + b"\r\n"
+        base_url,
+        method + b" " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n" + extra + b"\r\n",
     )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import socket
+from typing import Any
 
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, probe_during
+from tests.procs import wait_for
 
 
 def test_envelope_and_result(server: LabServer) -> None:
@@ -38,3 +41,25 @@ def test_a_ping_during_a_run_waits_for_it(server: LabServer) -> None:
     assert ran["started"] < ping.sent < ran["finished"]
     assert ping.status == 200
     assert ping.received >= ran["finished"]
+
+
+def _blocking_totals(url: str) -> dict[str, Any]:
+    totals: dict[str, dict[str, Any]] = get(f"{url}/stats").json()["totals"]["requests"]
+    return totals.get("blocking", {"count": 0, "timed": 0, "statuses": {}})
+
+
+def test_runs_whose_clients_left_before_their_turn_are_dropped(server: LabServer) -> None:
+    # Four requests sent and closed at once: each waits in line behind the one
+    # before it, and a blocking run cannot be stopped once begun; one whose
+    # client has already gone is not begun (499), so /ping waits at most one run.
+    before = _blocking_totals(server.url)
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    for i in range(4):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"GET /blocking/fib?n=27&_=%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % i)
+    assert get(f"{server.url}/ping").status == 200
+    assert wait_for(lambda: _blocking_totals(server.url)["count"] == before["count"] + 4)
+    after = _blocking_totals(server.url)
+    ran = after["timed"] - before["timed"]
+    dropped = after["statuses"].get("499", 0) - before["statuses"].get("499", 0)
+    assert ran <= 1 and ran + dropped == 4, after

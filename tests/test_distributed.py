@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
+import distributed
 import pytest
 
 from lab import ROOT
 from tests.conftest import StartServer
-from tests.dask_cluster import SCRATCH, DaskCluster
+from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
 from tests.lab_server import Reply, copies, get, get_many, pool_stats
 from tests.procs import wait_for
@@ -198,7 +199,7 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
         busy = [other.submit(time.sleep, 8, pure=False, workers=[str(w["address"])]) for w in _workers(lab.url)]
         assert wait_for(lambda: sum(other.run(_executing).values()) == 2)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
-            sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: lab\r\n\r\n")
+            sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert wait_for(lambda: _pool(lab.url)["running"] == 1)
         assert wait_for(lambda: _pool(lab.url)["running"] == 0)
         other.gather(busy)
@@ -274,3 +275,32 @@ def test_a_forked_server_with_embedded_clusters_leaves_nothing_behind(start_serv
     assert lab.survivors() == []
     # The Dask workers share the group's Ctrl-C; the server stops them, without their tracebacks.
     assert "KeyboardInterrupt" not in lab.log()
+
+
+def test_a_tls_cluster_admits_the_lab_with_its_certificate_only(tmp_path: Path, start_server: StartServer) -> None:
+    # Whoever reaches a scheduler runs code on its workers: a shared cluster speaks TLS and checks certificates.
+    cert, key = self_signed(tmp_path)
+    dask = DaskCluster(tmp_path, tls=(cert, key))
+    try:
+        address = dask.start_scheduler()
+        assert address.startswith("tls://")
+        dask.start_worker("a")
+        tls = ["--dask-tls-ca", str(cert), "--dask-tls-cert", str(cert), "--dask-tls-key", str(key)]
+        lab = start_server("--dask-scheduler", address, *tls, "--process-pool", "1")
+        reply = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=120)
+        assert reply.status == 200, reply.body
+        assert reply.json()["worker"]["address"].startswith("tls://")
+        # A certificate the cluster does not trust gets nowhere.
+        other = tmp_path / "other"
+        other.mkdir()
+        stranger, stranger_key = self_signed(other)
+        security = distributed.Security(tls_ca_file=str(stranger), tls_client_cert=str(stranger),
+                                        tls_client_key=str(stranger_key), require_encryption=True)  # fmt: skip
+        with pytest.raises((OSError, TimeoutError)):
+            distributed.Client(address, security=security, timeout=5)
+        # The lab says what it needs before trying without one.
+        refused = subprocess.run([sys.executable, "server.py", "--port", "0", "--dask-scheduler", address],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert refused.returncode == 2 and "--dask-tls-ca" in refused.stderr
+    finally:
+        dask.stop()

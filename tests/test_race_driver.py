@@ -35,15 +35,22 @@ async def _read_all(ws: WebSocketClientConnection) -> list[Event]:
             events.append(json.loads(message))
 
 
-def run_race(url: str, request: Any, headers: dict[str, str] | None = None) -> list[Event]:
-    """Send one race request (a dict, or raw text) and return every event the server sent."""
+def race_and_close_code(
+    url: str, request: Any, headers: dict[str, str] | None = None
+) -> tuple[list[Event], int | None]:
+    """Send one race request (a dict, or raw text); every event the server sent, and its close code."""
 
-    async def go() -> list[Event]:
+    async def go() -> tuple[list[Event], int | None]:
         ws = await _connect(url, headers)
         await ws.write_message(request if isinstance(request, str) else json.dumps(request))
-        return await _read_all(ws)
+        return await _read_all(ws), ws.close_code
 
     return asyncio.run(go())
+
+
+def run_race(url: str, request: Any, headers: dict[str, str] | None = None) -> list[Event]:
+    """Send one race request (a dict, or raw text) and return every event the server sent."""
+    return race_and_close_code(url, request, headers)[0]
 
 
 def test_a_processing_race_streams_every_event_in_order(start_server: StartServer) -> None:
@@ -124,22 +131,52 @@ def test_bad_input_is_one_clear_error_event(server: LabServer, request_text: str
     assert not server.load_generators()
 
 
-def test_an_oversized_message_is_refused_unread(server: LabServer) -> None:
-    padding = "x" * 10_000
-    events = run_race(server.url, json.dumps({"mode": "blocking", "params": {"pad": padding}}))
-    assert events == []  # the server closed the connection (message too big)
+@pytest.mark.parametrize(
+    ("request_text", "code", "message"),
+    [
+        (json.dumps({"mode": "blocking", "params": {"pad": "x" * 10_000}}), 1009, "at most 4096"),
+        ('{"mode":"threading","params":' + "[" * 1000 + "]" * 1000 + "}", 1007, "nests deeper than 4"),
+        ("[" * 5 + "]" * 5, 1007, "nests deeper"),
+        ('{"mode": "blocking", "params": {"n": "1"', 1007, "not JSON"),
+        (json.dumps({"mode": "turbo"}), 1008, "mode must be one of"),
+    ],
+    ids=["too-big", "nested-1000", "nested-5", "truncated", "bad-mode"],
+)
+def test_a_malformed_message_gets_an_error_event_and_a_close_code(
+    server: LabServer, request_text: str, code: int, message: str
+) -> None:
+    events, close_code = race_and_close_code(server.url, request_text)
+    assert [e["event"] for e in events] == ["error"] and message in events[0]["message"], events
+    assert close_code == code
+    assert get(f"{server.url}/ping").status == 200
+    assert "Traceback" not in server.log()  # a RecursionError would have been one
+
+
+def test_a_message_past_the_frame_limit_is_refused_unread(server: LabServer) -> None:
+    events, close_code = race_and_close_code(server.url, "x" * 100_000)
+    assert (events, close_code) == ([], 1009)  # Tornado's "message too big": no page sends one
     assert get(f"{server.url}/ping").status == 200
 
 
 def test_the_race_ignores_the_host_header(server: LabServer) -> None:
-    # Anyone could otherwise aim the load generator at any host.
+    # Anyone could otherwise aim the load generator at any host (this one
+    # answers to every loopback name, whatever the port).
     events = run_race(
         server.url,
         {"mode": "blocking", "workload": "sleep", "params": {"seconds": "0"}, "concurrency": 1},
-        headers={"Host": "example.com:80"},
+        headers={"Host": "localhost:80"},
     )
     assert events[1]["url"].startswith(f"{server.url}/blocking/sleep")
     assert events[-1]["event"] == "done"
+
+
+def test_a_rebound_page_cannot_start_races(server: LabServer) -> None:
+    # DNS rebinding: the page's own name, pointed at this machine; Host and Origin agree.
+    port = server.url.rsplit(":", 1)[1]
+    with pytest.raises(HTTPClientError) as refused:
+        asyncio.run(_connect(server.url, {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}))
+    assert refused.value.code == 403
+    assert not server.load_generators()
 
 
 def test_cross_origin_pages_cannot_start_races(server: LabServer) -> None:

@@ -76,6 +76,7 @@ def _cheap_or_invalid(route: str, query: str) -> bool:
 
 def _assert_lab_reply(reply: RawReply, route: str) -> None:
     assert 200 <= reply.status < 500, (reply.status, reply.body[:300])
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"  # every answer: no type guessed by a browser
     if route == "/" and reply.status == 200:
         assert reply.headers["Content-Type"].startswith("text/html")
         return
@@ -115,14 +116,16 @@ def test_generated_paths_are_404_or_400(fuzz_server: InProcessLab, segment: str,
     ("request_bytes", "status", "fragment"),
     [
         (b"\x00\xff\xfe garbage\r\n\r\n", 400, "malformed HTTP request"),
-        (b"GET /a b c HTTP/1.1\r\nHost: lab\r\n\r\n", 400, "malformed HTTP request"),
-        (b"GET /ping HTTP/1.1\r\nHost: lab\r\nContent-Length: 999999\r\n\r\n", 400, "malformed HTTP request"),
+        (b"GET /a b c HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "malformed HTTP request"),
+        (b"GET /ping HTTP/1.1\r\nHost: localhost\r\nContent-Length: 999999\r\n\r\n", 400, "malformed HTTP request"),
         (b"GET /ping HTTP/1.1\r\nno colon here\r\n\r\n", 400, "malformed HTTP request"),
-        (b"BREW /ping HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 405, "Method Not Allowed"),
-        (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 414, "URI too long"),
-        (b"GET /blocking/%C3%28 HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 400, "Invalid unicode"),
-        (b"GET /../../etc/passwd HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 404, "no route"),
-        (b"GET /blocking?n=%00 HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n", 400, "n must be an integer"),
+        (b"BREW /ping HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 405, "Method Not Allowed"),
+        (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 414, "URI too long"),
+        (b"GET /blocking/%C3%28 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 400, "Invalid unicode"),
+        (b"GET /../../etc/passwd HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 404, "no route"),
+        (b"GET /blocking?n=%00 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 400, "n must be an integer"),
+        (b"GET /\xff HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 400, "raw byte 0xFF at 1"),
+        (b"GET /blocking/caf\xc3\xa9 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 400, "percent-encode"),
     ],
     ids=[
         "garbage",
@@ -134,6 +137,8 @@ def test_generated_paths_are_404_or_400(fuzz_server: InProcessLab, segment: str,
         "non-utf8-path",
         "traversal",
         "nul",
+        "raw-0xff",
+        "raw-utf8",
     ],
 )
 def test_hostile_requests(fuzz_server: InProcessLab, request_bytes: bytes, status: int, fragment: str) -> None:
@@ -141,7 +146,30 @@ def test_hostile_requests(fuzz_server: InProcessLab, request_bytes: bytes, statu
     assert reply.status == status
     assert reply.json()["error"]["status"] == status
     assert fragment in reply.json()["error"]["message"]
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"
     assert get_raw(fuzz_server.url, b"/ping").json()["pong"] is True
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "allow"),
+    [(b"POST", b"/ping", "GET, HEAD"), (b"DELETE", b"/stats", "GET"), (b"PUT", b"/blocking", "GET"),
+     (b"BREW", b"/workloads", "GET")],
+)  # fmt: skip
+def test_a_wrong_method_is_405_naming_the_methods_allowed(
+    fuzz_server: InProcessLab, method: bytes, target: bytes, allow: str
+) -> None:
+    reply = get_raw(fuzz_server.url, target, method=method)
+    assert reply.status == 405 and reply.json()["error"]["status"] == 405
+    assert reply.headers["Allow"] == allow
+
+
+def test_non_ascii_parameter_names_come_back_as_sent(fuzz_server: InProcessLab) -> None:
+    # Percent-encoded UTF-8, as a browser sends it; Tornado decodes names as Latin-1.
+    reply = get_raw(fuzz_server.url, b"/blocking?%C3%B1=1&caf%C3%A9=2")
+    assert reply.status == 400
+    message = reply.json()["error"]["message"]
+    assert "'ñ'" in message or "'café'" in message, message
+    assert get_raw(fuzz_server.url, b"/blocking?%FF=1").json()["error"]["message"] == "query string is not valid UTF-8"
 
 
 HANDSHAKE = b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
@@ -153,7 +181,7 @@ HANDSHAKE = b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version
         (b"", 400, "the lab page's WebSocket"),
         (b"Upgrade: websocket\r\n", 400, "Connection: Upgrade"),
         (HANDSHAKE + b"Origin: http://evil.example\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", 403,
-         "cross-origin"),
+         "'http://evil.example' may not start races"),
         (b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 99\r\n", 426, "version"),
         (HANDSHAKE, 400, "Sec-WebSocket-Key"),
     ],

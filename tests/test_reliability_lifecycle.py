@@ -97,7 +97,7 @@ def test_a_job_that_outlives_its_request_does_not_outlive_the_grace_period(
     else:
         host, port = lab.url.removeprefix("http://").rsplit(":", 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that leaves mid-job
-            sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: lab\r\n\r\n")
+            sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert wait_for(lambda: _pool_running(lab, mode) == 1, timeout=10)
     assert _pool_running(lab, mode) == 1  # the job still runs without its request
     start = time.monotonic()

@@ -75,7 +75,7 @@ def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer) -> N
         first = pool.submit(get, f"{lab.url}/processing/sleep?seconds=4")  # outlasts the steps below
         assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
-            sock.sendall(b"GET /processing/sleep?seconds=5 HTTP/1.1\r\nHost: lab\r\n\r\n")
+            sock.sendall(b"GET /processing/sleep?seconds=5 HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 1)
         assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 0)
         assert first.result().status == 200

@@ -52,10 +52,10 @@ def test_request_stats_sum_and_merge() -> None:
     b.record("blocking", 200, 0.020, cpu=0.018)
     b.record("async", 504, 1.0)
     merged = summarise(merge([a.modes, b.modes]))
-    assert merged["blocking"] == {"count": 3, "errors": 1, "mean_ms": 20.0, "max_ms": 30.0, "timed": 2,
-                                  "run_cpu_s": 0.026}  # fmt: skip
-    assert merged["async"] == {"count": 1, "errors": 1, "mean_ms": 1000.0, "max_ms": 1000.0, "timed": 0,
-                               "run_cpu_s": 0.0}  # fmt: skip
+    assert merged["blocking"] == {"count": 3, "errors": 1, "statuses": {"200": 2, "400": 1}, "mean_ms": 20.0,
+                                  "max_ms": 30.0, "timed": 2, "run_cpu_s": 0.026}  # fmt: skip
+    assert merged["async"] == {"count": 1, "errors": 1, "statuses": {"504": 1}, "mean_ms": 1000.0,
+                               "max_ms": 1000.0, "timed": 0, "run_cpu_s": 0.0}  # fmt: skip
 
 
 def test_a_document_too_large_for_a_slot_is_refused() -> None:

@@ -46,7 +46,6 @@ class LabHandler(HostCheckedHandler):
 
     def prepare(self) -> None:
         super().prepare()
-        self.query = decode_query(self.request)
         if self.runs_work and cross_site(self.request.headers.get("Sec-Fetch-Site")):
             raise LabError(
                 403,
@@ -54,6 +53,7 @@ class LabHandler(HostCheckedHandler):
                 "(Sec-Fetch-Site: cross-site): work runs for this server's own page, the address bar and "
                 "clients that are not browsers",
             )
+        self.query = decode_query(self.request)
 
     def params(self, parse: Callable[[Mapping[str, Sequence[str]]], dict[str, Any]]) -> dict[str, Any]:
         """The query string through `parse`; a ParamError is the client's 400."""

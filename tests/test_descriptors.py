@@ -24,8 +24,9 @@ def test_a_crowd_past_the_budget_gets_503s_and_the_descriptors_return_to_rest(st
     rest = lab.descriptors()
     assert set(rest) == {"server", "upstream"}
     # 60 waits of 10 calls each would hold 660 descriptors here and 600 in the upstream: more than either
-    # process may open at all. The budget admits 80 / 11 at a time; the others are told to come back.
-    replies = get_many(copies(f"{lab.url}/async?delay=1&fanout=10", 60))
+    # process may open at all. The budget admits 80 / 11 at a time, each for 2 s; the others are told to
+    # come back (fewer than 30 refused would take arrivals spread over 8 s).
+    replies = get_many(copies(f"{lab.url}/async?delay=2&fanout=10", 60))
     statuses = Counter(reply.status for reply in replies)
     assert set(statuses) == {200, 503} and statuses[503] >= 30, statuses
     refused = [reply for reply in replies if reply.status == 503]

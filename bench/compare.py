@@ -49,8 +49,8 @@ from bench.race_data import Event, RaceSpec, Response, Summary, spread_of
 from bench.servers import Peaks, ServerError
 from bench.siege_steps import SIEGERC, parse_siege
 from bench.summary import Column, columns, machine_facts, markdown_table, new_results_dir, spread_text, text_table
-from lab.config import cpu_count
-from lab.procs import EmbeddedUpstream
+from lab.machine import cpu_count
+from lab.modes.upstream.embedded import EmbeddedUpstream
 
 # The keys every row of compare.json carries (README, "Peers").
 ROW_KEYS = ("server", "config", "workload", "endpoint", "concurrency", "elapsed_s", "mean_s", "ideal_s", "ratio",

@@ -33,7 +33,8 @@ from bench import capacity as machine
 from bench.ideal import lanes
 from bench.race_data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
 from lab import loopback
-from lab.modes import MODES, make_facts
+from lab.modes.contract import make_facts
+from lab.modes.registry import MODES
 
 EVENTS = """
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},

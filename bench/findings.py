@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.summary import spread_text
-from lab.config import cpu_count
+from lab.machine import cpu_count
 
 
 def _by(rows: list[dict[str, Any]], **match: Any) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The ideal makespan of a race: the best elapsed time a server allows, from its modes' capacity (lab/modes.py).
+"""The ideal makespan of a race: the best elapsed time a server allows, from its modes' capacity (lab/modes/registry.py).
 
 With `lanes` runs making progress at once and one run taking `t` alone, N
 simultaneous requests need ceil(N / lanes) rounds of `t`: 10·t for blocking
@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from lab.modes import MODES, Capacity, Facts
+from lab.modes.contract import Capacity, Facts
+from lab.modes.registry import MODES
 
 
 def capacity(mode: str, workload: str, server: Facts) -> Capacity:

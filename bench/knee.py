@@ -8,7 +8,7 @@ Every other bench tool is a closed burst: N requests, then wait. Here Locust
 offers R requests/s, evenly spaced, whether or not the server keeps up
 (bench/locustfile.py --lab-arrivals: the k-th request is due k/R s after the
 first; there are as many users as requests, so none waits for a free user).
-Each mode's capacity is predicted from the registry: lanes (lab/modes.py, as
+Each mode's capacity is predicted from the registry: lanes (lab/modes/registry.py, as
 the ideal counts them: 1 for GIL-bound threads, a worker per core for
 processes) over t (the median of --solo-runs requests sent alone). The
 offered rate steps through --steps multiples of it, --step-seconds each,

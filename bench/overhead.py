@@ -30,7 +30,7 @@ from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD
 from bench.engine import get, mode_url, with_tag
 from bench.servers import lab_server
 from bench.summary import Column, markdown_table, new_results_dir, percentile, text_table
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]
 WARMUP_REQUESTS = 5

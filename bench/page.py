@@ -44,7 +44,7 @@ from bench.optional import DEV_EXTRAS, missing, need_module
 from bench.servers import lab_server
 from bench.summary import Column, new_results_dir, text_table
 from lab import ROOT
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 # How Chromium runs here: headless, as root, offline (no calls home).
 CHROMIUM_ARGS = [
@@ -152,7 +152,7 @@ def is_load_generator(process: psutil.Process) -> bool:
 
 def is_upstream(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return "lab.upstream_server" in process.cmdline()
+        return "lab.modes.upstream.server" in process.cmdline()
     return False
 
 

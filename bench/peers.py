@@ -31,8 +31,9 @@ import psutil
 
 from bench.servers import SERVING, TreeWatcher, all_serving, stop_server, tree, wait_ready
 from lab import ROOT, loopback
-from lab.config import cpu_count
-from lab.modes import UPSTREAM_TRAITS, make_facts
+from lab.machine import cpu_count
+from lab.modes.contract import make_facts
+from lab.modes.upstream import UPSTREAM_TRAITS
 
 BIN = Path(sys.executable).parent
 # How each server says where it listens, in its log.
@@ -51,7 +52,7 @@ class Setup:
     config: str  # as people name it: "-p 2", "sync -w 2", "--processes 2, /threading"
     argv: tuple[str, ...]  # its command line, run from the project root (binding port 0 where it binds)
     path: str  # where a workload's requests go: "/processing", "/wsgi"; "/async" for the lab's waits
-    mode: str  # the lab mode whose capacity describes it (lab/modes.py), for the ideal
+    mode: str  # the lab mode whose capacity describes it (lab/modes/registry.py), for the ideal
     processes: int = 1
     threads: int = 1
     serves: frozenset[str] = frozenset({"cpu"})  # which loads it takes part in: "cpu", "io"

@@ -50,7 +50,7 @@ from bench.engine import race, server_modes
 from bench.race_data import Event, RaceSpec
 from bench.servers import lab_server
 from bench.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 
 class Progress:

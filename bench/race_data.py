@@ -14,7 +14,7 @@ from typing import Any
 from bench.capacity import Capacity
 from bench.ideal import cpu_ideal_makespan, ideal_makespan, ideal_words, lanes, reachable_makespan
 from bench.summary import median, percentile, ratio
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 Event = dict[str, Any]
 
@@ -89,7 +89,7 @@ class Ping:
     status: int
     # The answering process's GIL contention lately, as /ping reports it (None: not measured).
     gil: float | None = None
-    # And its threads' run-queue share over the same window (lab/cores.py).
+    # And its threads' run-queue share over the same window (lab/instruments/cores.py).
     core_wait: float | None = None
 
 

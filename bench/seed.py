@@ -44,7 +44,7 @@ from bench.optional import need_module
 from bench.peers import BIN, Running, Setup, gunicorn, lab, uwsgi, uwsgi_stats
 from bench.presets import CPU
 from bench.summary import new_results_dir
-from lab.procs import EmbeddedUpstream
+from lab.modes.upstream.embedded import EmbeddedUpstream
 
 DEFAULT_TARGETS = "/threading,/processing,uwsgi -p 2"
 SUMMARY_COLUMNS = ("seconds", "reqs", "fails", "avg_ms", "median_ms", "p95_ms", "req_s", "run_queue", "user_pct",

@@ -7,7 +7,7 @@
     python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
     python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
 
-The ideal comes from bench/ideal.py (one implementation, from the modes' capacity in lab/modes.py).
+The ideal comes from bench/ideal.py (one implementation, from the modes' capacity in lab/modes/registry.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bench.engine import get, mode_url, server_facts, server_modes, solo_samples
 from bench.ideal import cpu_ideal_makespan, ideal_makespan, lanes
 from bench.servers import wait_ready
 from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 TIMEOUT_S = 600.0
 # siege's numbers and the ideal, then how the requests spread over server processes.

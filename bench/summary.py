@@ -18,7 +18,8 @@ from typing import Any
 
 import psutil
 
-from lab.config import DEFAULT_RESULTS, cpu_count
+from lab.config import DEFAULT_RESULTS
+from lab.machine import cpu_count
 
 RESULTS = DEFAULT_RESULTS  # where the server's GET /compare looks too
 

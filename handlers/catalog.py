@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from handlers.base import LabHandler
-from lab.modes import MODES
+from lab.modes.registry import MODES
 from workloads.clocks import gil_enabled
 from workloads.registry import WORKLOADS
 
@@ -36,7 +36,7 @@ class WorkloadsHandler(LabHandler):
 
 
 class ModesHandler(LabHandler):
-    """Every mode (the registry, lab/modes.py): what it does, where it runs, its params, whether it runs here."""
+    """Every mode (the registry, lab/modes/registry.py): what it does, where it runs, its params, whether it runs here."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

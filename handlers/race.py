@@ -40,13 +40,14 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from handlers.base import LabHandler
 from lab import ROOT
 from lab.errors import LabError
-from lab.json_handler import JsonHandler
-from lab.modes import ASYNC_PARAMS, MODES
+from lab.modes.registry import MODES
+from lab.modes.upstream import ASYNC_PARAMS
+from lab.web.json_handler import JsonHandler
 from workloads.params import IntParam, ParamError
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 if TYPE_CHECKING:
-    from lab.services import Services
+    from lab.serve.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""GET /{mode}[/{workload}]: one run in one mode (every mode in lab/modes.py); a mode that runs no workload
+"""GET /{mode}[/{workload}]: one run in one mode (every mode in lab/modes/registry.py); a mode that runs no workload
 (async) takes its own params at /{mode}."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from typing import Any
 from handlers.base import LabHandler, not_found
 from handlers.envelope import envelope
 from lab.errors import LabError
-from lab.modes import MODES, Mode
+from lab.modes.contract import Mode
+from lab.modes.registry import MODES
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
 
 

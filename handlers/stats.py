@@ -10,7 +10,7 @@ import psutil
 from threadpoolctl import threadpool_info
 
 from handlers.base import LabHandler
-from lab.stats import merge, summarise
+from lab.instruments.stats import merge, summarise
 
 
 @cache

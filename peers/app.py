@@ -28,7 +28,7 @@ from handlers.catalog import described
 from handlers.envelope import envelope
 from lab import loopback
 from lab.errors import LabError
-from lab.modes import ASYNC_PARAMS
+from lab.modes.upstream import ASYNC_PARAMS
 from workloads.params import FloatParam, ParamError, parse_params
 from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, run_timed, warm_up
 from workloads.timing import waited

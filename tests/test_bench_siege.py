@@ -15,8 +15,8 @@ import pytest
 
 from bench.summary import ROW_KEYS, median
 from lab import ROOT
-from lab.config import cpu_count
-from lab.modes import MODES as REGISTRY
+from lab.machine import cpu_count
+from lab.modes.registry import MODES as REGISTRY
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 
@@ -84,7 +84,7 @@ def test_help_and_bad_options() -> None:
     assert shown.returncode == 0
     assert "--url BASE" in shown.stdout and "sudo apt-get install siege" in shown.stdout
     # Every mode of the registry, not a list kept by hand.
-    assert "lab/modes.py: " + ", ".join(f"/{mode}" for mode in REGISTRY) in shown.stdout
+    assert "lab/modes/registry.py: " + ", ".join(f"/{mode}" for mode in REGISTRY) in shown.stdout
     for bad in (["--bogus"], ["-c", "ten"], ["--url", "localhost:8000"], ["-p", "novalue"]):
         done = subprocess.run([SIEGE_SH, *bad], capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 2, bad

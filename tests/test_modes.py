@@ -25,8 +25,9 @@ from bench import siege_steps
 from bench.ideal import ideal_makespan, ideal_words, lanes
 from lab import ROOT
 from lab.config import Config, build_parser, parse_args
-from lab.modes import MODES, Capacity, Facts, Mode, build_runners
-from lab.pool import PoolRunner
+from lab.modes.contract import Capacity, Facts, Mode
+from lab.modes.pool import PoolRunner
+from lab.modes.registry import MODES, build_runners
 from lab.settings import Setting, count
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get

@@ -1,4 +1,4 @@
-"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/accept.py), its collector."""
+"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/serve/accept.py), its GC."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab import collector
-from lab.accept import Occupancy
+from lab.serve.accept import Occupancy
 
 
 def test_occupancy_load_follows_every_change() -> None:

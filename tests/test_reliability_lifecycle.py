@@ -148,14 +148,14 @@ STOP_AT_ONCE = """
 import os, signal, sys
 from lab.native import cap_native_threads
 cap_native_threads()
-import lab.main
+import lab.serve.main
 from handlers.app import make_app
-defer = lab.main.defer_stop_signals
+defer = lab.serve.main.defer_stop_signals
 def defer_then_stop():
     defer()
     os.kill(os.getpid(), signal.SIGTERM)
-lab.main.defer_stop_signals = defer_then_stop
-lab.main.main(make_app, sys.argv[1:])
+lab.serve.main.defer_stop_signals = defer_then_stop
+lab.serve.main.main(make_app, sys.argv[1:])
 """
 
 

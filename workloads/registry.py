@@ -27,7 +27,7 @@ class Workload:
     # It spends its time waiting, not computing: it needs a free thread or
     # worker, not a core, so the ideal does not cap it by the core count.
     waits: bool = False
-    # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes.py).
+    # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes/registry.py).
     needs: tuple[str, ...] = ()
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The distributed mode's cluster: connecting to it, handing it tasks, and watching its workers come and go.
 
-Imported by lab/dask_runner.py when it first connects, never before: the
+Imported by lab/modes/distributed/runner.py when it first connects, never before: the
 server pays for `distributed` (most of a second) only when /distributed is
 used, and `configure()` sets Dask's logging and pickling policy then, once,
 in the server process, after its own logging is set up.
@@ -30,11 +30,11 @@ import distributed
 from distributed.client import FutureCancelledError
 from distributed.config import initialize_logging
 
-from lab import dask_worker
-from lab.dask_roster import Roster
-from lab.dask_worker import WarmUp, task, workloads_upload
 from lab.errors import LabError
-from lab.pool import RETRY_AFTER_S
+from lab.modes.distributed import worker as dask_worker
+from lab.modes.distributed.roster import Roster
+from lab.modes.distributed.worker import WarmUp, task, workloads_upload
+from lab.modes.pool import RETRY_AFTER_S
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def configure() -> None:
     if _configured:
         return
     _configured = True
-    # An embedded scheduler would run a GIL meter of its own in this process, beside the server's (lab/gil.py).
+    # An embedded scheduler would run a GIL meter of its own in this process, beside the server's
+    # (lab/instruments/gil.py).
     dask.config.set({"distributed.logging": LOGGING, "distributed.admin.system-monitor.gil.enabled": False})
     initialize_logging(dask.config.config)  # importing distributed applied its defaults
     # The scheduler and the workers unpickle tasks: shipped by value, the task

@@ -1,8 +1,8 @@
 """The embedded upstream service: GET /delay?seconds=X answers after asyncio.sleep(X).
 
-Started by the server (lab/procs.py, EmbeddedUpstream) as `python -m
-lab.upstream_server --fd N` on a socket it inherits; `python -m
-lab.upstream_server --port 9000` runs it alone, e.g. as another server's
+Started by the server (embedded.py, EmbeddedUpstream) as `python -m
+lab.modes.upstream.server --fd N` on a socket it inherits; `python -m
+lab.modes.upstream.server --port 9000` runs it alone, e.g. as another server's
 --upstream. It imports nothing that loads numpy: every server start pays for
 its start-up.
 """
@@ -23,9 +23,9 @@ from tornado.web import Application
 
 from lab import collector, logs
 from lab.errors import LabError
-from lab.json_handler import JsonHandler
 from lab.procs import watch_parent
-from lab.query import decode_query
+from lab.web.json_handler import JsonHandler
+from lab.web.query import decode_query
 from workloads.params import FloatParam, ParamError, parse_params
 
 MAX_DELAY = 60.0
@@ -64,7 +64,7 @@ async def serve(sock: socket.socket) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lab.upstream_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lab.modes.upstream.server", description=__doc__)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--fd", type=int, help="serve on this inherited listening socket")
     where.add_argument("--port", type=int, help="bind 127.0.0.1:PORT")

@@ -1,7 +1,7 @@
 """JSON responses, and the one place every error is rendered ({"error": {"status", "message"}}).
 
 The lab's handlers (handlers/base.py) and the embedded upstream
-(lab/upstream_server.py) answer through it alike.
+(lab/modes/upstream/server.py) answer through it alike.
 """
 
 from __future__ import annotations

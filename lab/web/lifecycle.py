@@ -10,7 +10,7 @@
     life.left()            the response has gone: the request holds nothing any more
     disconnected(stream)   the connection closed, whatever it carried
 
-The handlers (handlers/base.py) and the HTTP server (lab/httpserver.py) call
+The handlers (handlers/base.py) and the HTTP server (lab/web/httpserver.py) call
 these; nothing else touches the counters or the process's occupancy.
 """
 
@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 
 from tornado.ioloop import IOLoop
 
-from lab.accept import ACCEPT_GRACE_S, Occupancy
 from lab.errors import LabError
-from lab.modes import MODES, Facts, make_facts
-from lab.stats import RequestStats
+from lab.instruments.stats import RequestStats
+from lab.modes.contract import Facts, make_facts
+from lab.modes.registry import MODES
+from lab.serve.accept import ACCEPT_GRACE_S, Occupancy
 from workloads.registry import WORKLOADS
 
 T = TypeVar("T")
@@ -41,7 +42,7 @@ class Lifecycle:
 
     def __init__(self, stats: RequestStats, facts: Callable[[], Facts], on_end: Callable[[], None]) -> None:
         self.stats = stats
-        self.occupancy = Occupancy()  # what the fair accept policy reads (lab/accept.py)
+        self.occupancy = Occupancy()  # what the fair accept policy reads (lab/serve/accept.py)
         self.active = 0  # requests begun and not yet ended
         # Work in-flight requests await: abandon() cancels it when the grace period is over.
         self.jobs: set[asyncio.Future[Any]] = set()

@@ -33,11 +33,6 @@ from tornado.simple_httpclient import HTTPTimeoutError, SimpleAsyncHTTPClient
 
 from lab.errors import LabError
 
-# Each client and what it does, in --upstream-client's help (lab/config.py).
-CLIENTS = {
-    "pooled": "keep-alive connections reused across calls",
-    "simple": "Tornado's SimpleAsyncHTTPClient, a new connection per call, to compare with",
-}
 MAX_SIMPLE_CALLS = 10_000
 # Idle connections kept for reuse; beyond this a burst's extra ones are closed. As many as the
 # crowds the lab measures hold (docs/results.md#crowd: up to 10,000 waits), so the next burst finds

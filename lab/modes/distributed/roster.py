@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from lab.modes import LOCAL_HOSTS
+from lab.modes.distributed import LOCAL_HOSTS
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ fair       A child takes one connection per wake-up and
            stops listening while the work it holds fills its capacity; the next
            connection stays in the kernel's queue for a child that has room. A
            request's share of its process is 1 / lanes, the lanes its mode and
-           workload have in one process (lab/modes.py): a GIL-holding loop in
+           workload have in one process (lab/modes/registry.py): a GIL-holding loop in
            threading fills it alone (threads would only take turns on it), a
            sleep takes 1/pool, async nothing. A connection whose request is not
            yet known holds a whole process, for at most ACCEPT_GRACE_S.
@@ -18,7 +18,7 @@ reuseport  One SO_REUSEPORT socket per child: the kernel hashes each connection
 dispatch   The default when forked. The parent accepts every connection and
            passes it (SCM_RIGHTS) to the child that holds least of its
            capacity, from the same occupancy as fair, which each child reports
-           up its channel (lab/dispatch.py). No child stops answering: a
+           up its channel (lab/serve/dispatch.py). No child stops answering: a
            connection never waits for a child to have room, only for its
            event loop. Measured side by side, it spreads as evenly as fair
            with a worst /ping like all's (docs/results.md#accept-policies).
@@ -30,14 +30,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Hashable
-
-# Each policy and what it does, in --accept's help (lab/config.py).
-POLICIES = {
-    "fair": "one at a time, only while a child has room (even spread)",
-    "all": "Tornado's own, a child that wakes takes every waiting connection",
-    "reuseport": "a socket per child, the kernel hashes connections to them",
-    "dispatch": "the parent accepts and hands each connection to the least busy child",
-}
 
 # A connection that has sent no request after this long stops holding its
 # child (browsers open connections they may never use).

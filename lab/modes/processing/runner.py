@@ -1,7 +1,7 @@
-"""How a workload runs in the local modes: on the IOLoop, in the thread pool, in the process pool.
+"""The processing mode's runner: `run_in_executor` on ONE shared ProcessPoolExecutor behind lab/modes/pool.py's gate.
 
-Both pools sit behind lab/pool.py's admission gate; each declares the flag
-that sizes it.
+What its workers run is worker.py; the executor's private parts it reads are
+behind lab/modes/processing/executor.py.
 """
 
 from __future__ import annotations
@@ -9,63 +9,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import threading
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any
 
-from lab.config import cpu_count
-from lab.pool import PoolRunner
+from lab.machine import cpu_count
+from lab.modes.pool import PoolRunner
+from lab.modes.processing.executor import broken, workers
+from lab.modes.processing.worker import init_pool_worker, run_in_worker
 from lab.settings import Setting, count
-from lab.worker import init_pool_worker, run_in_worker
-from workloads.registry import run_timed, warm_up
+from workloads.registry import warm_up
 from workloads.timing import RunRecord
-
-if TYPE_CHECKING:
-    from lab.config import Config
 
 log = logging.getLogger(__name__)
 
 
-class Runner(Protocol):
-    """How one mode runs a workload in a server process (built by lab.modes.build_runners)."""
-
-    mode: str  # its name in the registry, given by build_runners
-    inline: bool  # runs on the event loop's own thread, start to end
-    idle: asyncio.Event  # set while no job runs or waits
-
-    async def start(self) -> None: ...
-
-    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord: ...
-
-    def snapshot(self) -> dict[str, Any]:
-        """Its part of /stats "pools" (uwsgitop's view); empty: nothing to show, left out."""
-        ...
-
-    def facts(self) -> dict[str, Any]:
-        """What this mode adds to the server's facts (/stats "server", and the ideal's input)."""
-        ...
-
-    def ready_note(self) -> str | None:
-        """A few words for the start-up log line ("thread pool 6"), or None."""
-        ...
-
-    async def close(self, wait: bool = True) -> None: ...
-
-
-def default_thread_pool() -> int:
-    # The size Python's own default executor picks (concurrent.futures docs).
-    return min(32, cpu_count() + 4)
-
-
-THREAD_POOL = Setting(
-    "--thread-pool",
-    count(1),
-    default_factory=default_thread_pool,
-    metavar="N",
-    help="threads behind /threading, per server process (default: min(32, cores+4) = %(default)s)",
-)
 PROCESS_POOL = Setting(
     "--process-pool",
     count(1),
@@ -73,72 +32,6 @@ PROCESS_POOL = Setting(
     metavar="N",
     help="worker processes behind /processing, per server process (default: cores = %(default)s)",
 )
-
-
-class BlockingRunner:
-    """Runs the workload right here, on the IOLoop thread: nothing else is served meanwhile."""
-
-    inline = True
-    settings = ()
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.idle = asyncio.Event()
-        self.idle.set()  # a blocking run is over before anything can look
-
-    @classmethod
-    def from_config(cls, mode: str, config: Config) -> Self:
-        return cls(mode)
-
-    async def start(self) -> None:
-        # This process is the worker for /blocking and /threading: pay its
-        # one-off costs (the predict model) now, as the process pool's workers
-        # do, so that the first timed predict does not include training.
-        warm_up()
-
-    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
-        return run_timed(workload, params)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"kind": "event loop", "size": 1}
-
-    def facts(self) -> dict[str, Any]:
-        return {}
-
-    def ready_note(self) -> str | None:
-        return None
-
-    async def close(self, wait: bool = True) -> None:
-        pass
-
-
-class ThreadRunner(PoolRunner):
-    """`run_in_executor` on one shared ThreadPoolExecutor."""
-
-    kind = "threads"
-    timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
-    settings = (THREAD_POOL,)
-    size_setting = THREAD_POOL
-
-    async def start(self) -> None:
-        self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
-
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        loop = asyncio.get_running_loop()
-
-        def job() -> RunRecord:
-            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
-            return run_timed(workload, params)
-
-        return loop.run_in_executor(self.executor, job)
-
-    async def close(self, wait: bool = True) -> None:
-        # Waiting or not, a running thread cannot be stopped and the
-        # interpreter joins pool threads at exit; lab/main.py ends the process
-        # with os._exit if one is still busy when the grace period is over.
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
 
 
 class ProcessRunner(PoolRunner):
@@ -209,14 +102,14 @@ class ProcessRunner(PoolRunner):
             return
         job = self._running.get(job_id)
         worker = job.worker if job else None
-        stuck = [p for p in _workers(executor) if worker is None or p.pid == worker]
+        stuck = [p for p in workers(executor) if worker is None or p.pid == worker]
         for process in stuck:
             process.kill()
         self._replace(executor, f"job ran over --job-timeout; killed worker {[p.pid for p in stuck]}")
 
     def on_broken(self) -> None:
         executor = self._executor
-        if isinstance(executor, ProcessPoolExecutor) and getattr(executor, "_broken", False):
+        if isinstance(executor, ProcessPoolExecutor) and broken(executor):
             self._replace(executor, "a worker died")
 
     def _replace(self, old: ProcessPoolExecutor, why: str) -> None:
@@ -233,14 +126,14 @@ class ProcessRunner(PoolRunner):
     def snapshot(self) -> dict[str, Any]:
         snap = super().snapshot()
         if isinstance(self._executor, ProcessPoolExecutor):
-            snap["worker_pids"] = sorted(p.pid for p in _workers(self._executor) if p.pid is not None)
+            snap["worker_pids"] = sorted(p.pid for p in workers(self._executor) if p.pid is not None)
         return snap
 
     async def close(self, wait: bool = True) -> None:
         executor, self._executor = self._executor, None
         if isinstance(executor, ProcessPoolExecutor):
             if not wait:
-                for process in _workers(executor):
+                for process in workers(executor):
                     process.kill()
             executor.shutdown(wait=True, cancel_futures=True)
         self._close_pipe()
@@ -249,10 +142,3 @@ class ProcessRunner(PoolRunner):
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("warming the replacement process pool failed", exc_info=task.exception())
-
-
-def _workers(executor: ProcessPoolExecutor) -> list[multiprocessing.process.BaseProcess]:
-    # _processes (pid -> Process) is private but stable since Python 3.2;
-    # Python 3.14's terminate_workers() is the public way to do this.
-    processes: dict[int, multiprocessing.process.BaseProcess] = getattr(executor, "_processes", None) or {}
-    return list(processes.values())

@@ -1,6 +1,6 @@
 """What the distributed mode ships to a Dask cluster: the task each run is, and the plugins every worker gets.
 
-lab/dask_cluster.py registers this module to be pickled by value, so the
+lab/modes/distributed/cluster.py registers this module to be pickled by value, so the
 scheduler and the workers need nothing of the lab's importable: only
 `workloads`, which an external cluster is sent as a zip.
 """

@@ -4,7 +4,7 @@ Each sub-interpreter has its own GIL, so pure-Python work runs on every
 core in ONE process: the parallelism of a process pool without a second
 process, and without pickling through a pipe. What cannot run there is any
 extension module that does not support it yet: numpy (and so scikit-learn)
-refuses to load in a sub-interpreter, so lab/modes.py's entry refuses the
+refuses to load in a sub-interpreter, so its entry (__init__.py) refuses the
 workloads that need it before they reach the pool.
 """
 
@@ -17,9 +17,9 @@ import threading
 from typing import Any
 
 from lab import ROOT
-from lab.config import cpu_count
-from lab.interp_worker import executor_class, interpreter_id, run, unavailable
-from lab.pool import PoolRunner
+from lab.machine import cpu_count
+from lab.modes.interpreters.worker import executor_class, interpreter_id, run, unavailable
+from lab.modes.pool import PoolRunner
 from lab.settings import Setting, count
 from workloads.registry import WORKLOADS
 from workloads.timing import RunRecord

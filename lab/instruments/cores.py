@@ -1,6 +1,6 @@
 """The core meter: the share of a window in which this process had a thread waiting for a core, 0-1.
 
-The GIL meter (lab/gil.py) cannot tell waiting for the GIL from waiting for a
+The GIL meter (lab/instruments/gil.py) cannot tell waiting for the GIL from waiting for a
 core: a thread holding the GIL that the kernel takes off its core makes every
 other thread wait too. Read beside it, over the same window, this meter tells
 the two apart. It sums the run-queue time of the process's threads (the

@@ -11,13 +11,14 @@ from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
-from lab.config import Config, cpu_count
-from lab.cores import CoreMeter
-from lab.gil import GilMeter
-from lab.lifecycle import Lifecycle
-from lab.modes import build_runners
-from lab.runners import Runner
-from lab.stats import Board, RequestStats
+from lab.config import Config
+from lab.instruments.cores import CoreMeter
+from lab.instruments.gil import GilMeter
+from lab.instruments.stats import Board, RequestStats
+from lab.machine import cpu_count
+from lab.modes.contract import Runner
+from lab.modes.registry import build_runners
+from lab.web.lifecycle import Lifecycle
 from workloads.clocks import gil_enabled
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class Services:
     gil: GilMeter = field(default_factory=GilMeter)
     gil_contention: float | None = None
     # Over the same window, the run-queue share of its threads' runnable time: starved
-    # cores, which the GIL meter alone would read as contention (lab/cores.py).
+    # cores, which the GIL meter alone would read as contention (lab/instruments/cores.py).
     cores: CoreMeter = field(default_factory=CoreMeter)
     core_wait: float | None = None
     lifecycle: Lifecycle = field(init=False)

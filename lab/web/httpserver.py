@@ -13,10 +13,10 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
-from lab.dispatch import FromParent
+from lab.serve.dispatch import FromParent
 
 if TYPE_CHECKING:
-    from lab.lifecycle import Lifecycle
+    from lab.web.lifecycle import Lifecycle
 
 # GET requests carry no body; a client sending one gets a 400 instead of
 # making the server buffer up to Tornado's default of 100 MB.
@@ -37,7 +37,7 @@ _JSON_400 = (
 
 def make_http_server(app: Application, lifecycle: Lifecycle | None = None, *, fair: bool = False) -> LabHTTPServer:
     """The server for `app`. With `lifecycle`, each connection is told to it (what the process holds);
-    with `fair` too, it accepts as lab/accept.py's fair policy says, from what the lifecycle holds."""
+    with `fair` too, it accepts as lab/serve/accept.py's fair policy says, from what the lifecycle holds."""
     server = LabHTTPServer(app, max_body_size=MAX_BODY_BYTES, max_header_size=MAX_HEADER_BYTES)
     server.lifecycle = lifecycle
     server.fair = fair
@@ -48,10 +48,10 @@ class LabHTTPServer(HTTPServer):
     """HTTPServer whose answer to a malformed request is the lab's JSON error, not a bare status line.
 
     With a `lifecycle`, each connection it takes and closes is told to it, so
-    that the process knows what it holds (lab/accept.py). With `fair` it also
+    that the process knows what it holds (lab/serve/accept.py). With `fair` it also
     accepts one connection per wake-up and listens only while the process has
     room; with `take_from` it accepts nothing and is handed its connections
-    by the forked parent (lab/dispatch.py), which it tells how busy it is.
+    by the forked parent (lab/serve/dispatch.py), which it tells how busy it is.
     """
 
     lifecycle: Lifecycle | None = None

@@ -1,7 +1,7 @@
 """The async mode: `fanout` calls to the upstream, awaited together on the event loop; nothing computes.
 
-The upstream is where lab/main.py says (config.upstream: --upstream, or the
-embedded one it started); lab/upstream_client.py is how it is called.
+The upstream is where lab/serve/main.py says (config.upstream: --upstream, or the
+embedded one it started); lab/modes/upstream/client.py is how it is called.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from lab.upstream_client import Upstream
+from lab.modes.upstream.client import Upstream
 from workloads.timing import RunRecord, waited
 
 if TYPE_CHECKING:
-    from lab.config import Config
+    from lab.modes.contract import ServerConfig
 
 
 class AsyncRunner:
     """Awaits the upstream: one thread, the event loop's, holds every pending call at once."""
 
     inline = False
-    settings = ()  # its flags, --upstream*, are the server's: lab/main.py starts the embedded upstream
+    settings = ()  # its flags, --upstream*, are the server's: lab/serve/main.py starts the embedded upstream
 
     def __init__(self, mode: str, url: str | None, client: str, allowance: float) -> None:
         self.mode = mode
@@ -33,12 +33,12 @@ class AsyncRunner:
         self._upstream: Upstream | None = None
 
     @classmethod
-    def from_config(cls, mode: str, config: Config) -> Self:
+    def from_config(cls, mode: str, config: ServerConfig) -> Self:
         return cls(mode, config.upstream, config.upstream_client, config.upstream_timeout)
 
     async def start(self) -> None:
         if self.url is None:
-            raise RuntimeError("no upstream URL: lab/main.py starts the embedded upstream before the runners")
+            raise RuntimeError("no upstream URL: lab/serve/main.py starts the embedded upstream before the runners")
         self._upstream = Upstream(self.url, self.client, self.allowance)
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:

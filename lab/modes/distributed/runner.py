@@ -22,7 +22,7 @@ running task any more than Python can stop a thread, so a task over its
 deadline is cancelled and its worker process killed; the worker's nanny
 starts a new one (uWSGI's harakiri, in Dask's terms).
 
-The cluster itself (lab/dask_cluster.py, which imports `distributed`) is
+The cluster itself (lab/modes/distributed/cluster.py, which imports `distributed`) is
 loaded on the first connection: a server that never serves /distributed
 never pays for it.
 """
@@ -37,15 +37,15 @@ import time
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
-from lab.config import cpu_count
 from lab.errors import LabError
-from lab.pool import RETRY_AFTER_S, PoolRunner
+from lab.machine import cpu_count
+from lab.modes.pool import RETRY_AFTER_S, PoolRunner
 from lab.settings import Setting, Values, count
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
-    from lab.config import Config
-    from lab.dask_cluster import Cluster
+    from lab.modes.contract import ServerConfig
+    from lab.modes.distributed.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +110,12 @@ class DaskRunner(PoolRunner):
         }
 
     @classmethod
-    def from_config(cls, mode: str, config: Config) -> Self:
+    def from_config(cls, mode: str, config: ServerConfig) -> Self:
         workers = config[DASK_WORKERS] or max(1, cpu_count() // config.process_count)
         return cls(mode, workers, config.max_pending, config.job_timeout, config[DASK_SCHEDULER])
 
     @staticmethod
-    def preflight(config: Config) -> str | None:
+    def preflight(config: ServerConfig) -> str | None:
         """With --dask-scheduler, that scheduler must at least accept a connection."""
         scheduler = config[DASK_SCHEDULER]
         if scheduler is None:
@@ -144,7 +144,7 @@ class DaskRunner(PoolRunner):
     def _the_cluster(self) -> Cluster:
         if self._cluster is None:
             # Here, not at the top: loading `distributed` costs most of a second, paid on first use only.
-            from lab import dask_cluster  # noqa: PLC0415
+            from lab.modes.distributed import cluster as dask_cluster  # noqa: PLC0415
 
             dask_cluster.configure()
             self._cluster = dask_cluster.Cluster(

@@ -6,7 +6,7 @@ parent keeps the listening sockets; each child holds one end of a Unix
 SOCK_SEQPACKET pair. Down it, the parent sends each accepted connection's
 file descriptor (SCM_RIGHTS: `socket.send_fds`), then closes its own copy;
 up it, the child reports how busy it is each time that changes: its
-occupancy (lab/accept.py: what its requests hold of its capacity, a
+occupancy (lab/serve/accept.py: what its requests hold of its capacity, a
 connection whose request is not known yet a whole unit) and how many
 connections it has received. The parent counts a connection it sent but the
 child has not reported yet as a whole unit, so a burst spreads before any
@@ -38,7 +38,7 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
-from lab.accept import Occupancy
+from lab.serve.accept import Occupancy
 
 log = logging.getLogger("lab.server")
 

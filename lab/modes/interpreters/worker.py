@@ -70,7 +70,7 @@ def run(func: Callable[..., Any], params: dict[str, Any], waits: bool) -> RunRec
 
     `func` arrives pickled by reference and is imported here. The thread is
     the pool's OS thread, but this interpreter only knows it by its native id;
-    the runner puts the pool thread's name back (lab/interpreters.py).
+    the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
     record = time_call(func, params, waits=waits)
     record["thread"] = str(threading.get_native_id())

@@ -23,7 +23,7 @@ from lab.settings import Setting
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
-    from lab.config import Config
+    from lab.modes.contract import ServerConfig
 
 RETRY_AFTER_S = 1
 
@@ -121,7 +121,7 @@ class PoolRunner:
         self._running: dict[int, _Job] = {}
 
     @classmethod
-    def from_config(cls, mode: str, config: Config) -> Self:
+    def from_config(cls, mode: str, config: ServerConfig) -> Self:
         if cls.size_setting is None:
             raise TypeError(f"{cls.__name__} has no size_setting: it must build itself from the config")
         return cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
@@ -164,7 +164,7 @@ class PoolRunner:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not job.cancelled() or (task is not None and task.cancelling()):
-                # Our client left (lab/lifecycle.py). A job no worker has
+                # Our client left (lab/web/lifecycle.py). A job no worker has
                 # started yet need not run at all.
                 if not record.started.done() and self.on_abandoned(job_id):
                     self.counts["cancelled_waiting"] += 1

@@ -29,14 +29,15 @@ from tornado.process import fork_processes
 from tornado.web import Application
 
 from lab import collector, logs
-from lab.accept import reserve_port
 from lab.config import Config, parse_args
-from lab.dispatch import Dispatcher
-from lab.httpserver import LabHTTPServer, make_http_server
-from lab.modes import preflight
-from lab.procs import LISTEN_BACKLOG, EmbeddedUpstream, kill_children, watch_parent
-from lab.services import Services
-from lab.stats import Board
+from lab.instruments.stats import Board
+from lab.modes.registry import preflight
+from lab.modes.upstream.embedded import EmbeddedUpstream
+from lab.procs import LISTEN_BACKLOG, kill_children, watch_parent
+from lab.serve.accept import reserve_port
+from lab.serve.dispatch import Dispatcher
+from lab.serve.services import Services
+from lab.web.httpserver import LabHTTPServer, make_http_server
 
 log = logging.getLogger("lab.server")
 
@@ -80,7 +81,7 @@ def fork_children(
     """Fork `count` servers; returns in each child: its task id, and its channel from a dispatching parent.
 
     With `dispatch_from` (--accept dispatch), the parent keeps those sockets
-    and hands out their connections (lab/dispatch.py). Otherwise it stays
+    and hands out their connections (lab/serve/dispatch.py). Otherwise it stays
     inside tornado.process.fork_processes, restarting children that crash,
     and forwards SIGTERM/SIGINT to the children (Tornado does not). Either
     way it exits once all of them have stopped cleanly. `spare` are child

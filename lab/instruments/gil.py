@@ -8,7 +8,7 @@ turns on pure-Python code, near 0 while they run code that releases the GIL
 
 The meter costs little because it samples: SAMPLE_US of asking every
 millisecond, then a pause of PAUSE_US. Each reading covers the time since the
-previous one (the server reads it every 200 ms, lab/services.py).
+previous one (the server reads it every 200 ms, lab/serve/services.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ideal makespan of a race: the best elapsed time a server allows, from its modes' capacity (lab/modes/registry.py).
+"""The ideal makespan of a race: the best elapsed time a server allows, from its modes' capacity (lab/modes/).
 
 With `lanes` runs making progress at once and one run taking `t` alone, N
 simultaneous requests need ceil(N / lanes) rounds of `t`: 10·t for blocking

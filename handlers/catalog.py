@@ -36,7 +36,7 @@ class WorkloadsHandler(LabHandler):
 
 
 class ModesHandler(LabHandler):
-    """Every mode (the registry, lab/modes/registry.py): what it does, where it runs, its params, whether it runs here."""
+    """Every mode (lab/modes/registry.py): what it does, where it runs, its params, whether it runs here."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

@@ -13,7 +13,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
-from lab.serve.dispatch import FromParent
+from lab.web.channel import FromParent
 
 if TYPE_CHECKING:
     from lab.web.lifecycle import Lifecycle
@@ -78,7 +78,7 @@ class LabHTTPServer(HTTPServer):
             self._sockets[sock.fileno()] = sock
             # What stop() calls for each socket before closing it.
             self._handlers[sock.fileno()] = self._listen_as_room_allows
-        self.lifecycle.occupancy.on_change = self._listen_as_room_allows
+        self.lifecycle.occupancy.watch(self._listen_as_room_allows)
         self._listen_as_room_allows()
 
     def _listen_as_room_allows(self) -> None:

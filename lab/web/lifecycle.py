@@ -27,7 +27,7 @@ from lab.errors import LabError
 from lab.instruments.stats import RequestStats
 from lab.modes.contract import Facts, make_facts
 from lab.modes.registry import MODES
-from lab.serve.accept import ACCEPT_GRACE_S, Occupancy
+from lab.web.occupancy import ACCEPT_GRACE_S, Occupancy
 from workloads.registry import WORKLOADS
 
 T = TypeVar("T")

@@ -16,10 +16,11 @@ from lab.instruments.cores import CoreMeter
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
 from lab.machine import cpu_count
-from lab.modes.contract import Runner
-from lab.modes.registry import build_runners
+from lab.modes.contract import Runner, make_facts
+from lab.modes.registry import MODES, build_runners
 from lab.web.lifecycle import Lifecycle
 from workloads.clocks import gil_enabled
+from workloads.registry import WORKLOADS
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,10 @@ class Services:
     _publisher: PeriodicCallback | None = None
     _published_at: float = 0.0
     _publish_soon: asyncio.Handle | None = None
+    _shares: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.lifecycle = Lifecycle(self.requests, self.facts, self._publish_request)
+        self.lifecycle = Lifecycle(self.requests, self._publish_request)
 
     @classmethod
     async def start(cls, config: Config, base_url: str, task_id: int | None, board: Board) -> Services:
@@ -103,6 +105,21 @@ class Services:
             **{key: value for runner in self.runners.values() for key, value in runner.facts().items()},
         }
 
+    def share(self, mode: str, workload: str) -> float:
+        """The part of this process one run takes: 1 / the lanes its mode has here for it; 0 if it only waits.
+
+        What a request claims of its process (lab/web/lifecycle.py), which the
+        fair and dispatch accept policies read. Kept per (mode, workload) from
+        its first use: the pools' sizes are fixed, and a cluster's size when
+        first used stands for it (the policies' estimate, not a limit).
+        """
+        key = (mode, workload)
+        if key not in self._shares:
+            traits = [WORKLOADS[workload].describe()] if workload in WORKLOADS else []
+            lanes = MODES[mode].capacity(make_facts({**self.facts(), "processes": 1}, traits), workload).lanes
+            self._shares[key] = 0.0 if lanes is None else 1.0 / lanes
+        return self._shares[key]
+
     def snapshot(self) -> dict[str, Any]:
         pools = {mode: snap for mode, runner in self.runners.items() if (snap := runner.snapshot())}
         return {
@@ -131,7 +148,7 @@ class Services:
             self._publish_soon = None
         self.board.write(self.task_id or 0, self.snapshot())
 
-    def _publish_request(self) -> None:
+    def _publish_request(self, active: int) -> None:
         """After a request: publish now, or, in a burst that was just published, once the burst allows.
 
         The last request in flight always publishes at once: an idle process
@@ -140,7 +157,7 @@ class Services:
         of two readings).
         """
         wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
-        if wait <= 0 or not self.lifecycle.active:
+        if wait <= 0 or not active:
             self.publish()
         elif self._publish_soon is None:
             self._publish_soon = asyncio.get_running_loop().call_later(wait, self.publish)

@@ -30,7 +30,7 @@ class FromParent:
     ) -> None:
         self.channel = channel
         self.occupancy = occupancy
-        self.take = take  # what accepting would do with it: TCPServer._handle_connection
+        self.take = take  # what accepting would do with it (lab/web/tornado_private.py: handle_connection)
         self.received = 0
         self._reporting = False
         channel.setblocking(False)

@@ -13,6 +13,7 @@ from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
+from lab.web import tornado_private
 from lab.web.channel import FromParent
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ MAX_BODY_BYTES = 64 * 1024
 # when the headers exceed this, so keep it well above MAX_URI_LENGTH.
 MAX_HEADER_BYTES = 256 * 1024
 
-# What tornado.http1connection writes for a request it cannot parse.
-_BARE_400 = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 _BODY = json.dumps({"error": {"status": 400, "message": "malformed HTTP request"}}).encode()
 _JSON_400 = (
     b"HTTP/1.1 400 Bad Request\r\n"
@@ -63,7 +62,7 @@ class LabHTTPServer(HTTPServer):
         """Serve the connections the dispatching parent sends down `channel` (--accept dispatch)."""
         if self.lifecycle is None:
             raise RuntimeError("take_from() needs the lifecycle, to report what this process holds")
-        self._parent = FromParent(channel, self.lifecycle.occupancy, self._handle_connection)
+        self._parent = FromParent(channel, self.lifecycle.occupancy, self._take)
 
     def stop(self) -> None:
         if self._parent is not None:
@@ -75,18 +74,16 @@ class LabHTTPServer(HTTPServer):
             super().add_sockets(sockets)
             return
         for sock in sockets:
-            self._sockets[sock.fileno()] = sock
-            # What stop() calls for each socket before closing it.
-            self._handlers[sock.fileno()] = self._listen_as_room_allows
+            tornado_private.listen_as_told(self, sock, self._listen_as_room_allows)
         self.lifecycle.occupancy.watch(self._listen_as_room_allows)
         self._listen_as_room_allows()
 
     def _listen_as_room_allows(self) -> None:
-        wanted = not self._stopped and self.lifecycle is not None and not self.lifecycle.occupancy.full
+        wanted = not tornado_private.stopped(self) and self.lifecycle is not None and not self.lifecycle.occupancy.full
         if wanted == self._listening:
             return
         loop = IOLoop.current()
-        for sock in self._sockets.values():
+        for sock in tornado_private.sockets(self):
             if wanted:
                 loop.add_handler(sock, self._accept_one, IOLoop.READ)
             else:
@@ -98,7 +95,11 @@ class LabHTTPServer(HTTPServer):
             connection, address = sock.accept()
         except (BlockingIOError, ConnectionAbortedError):
             return  # a sibling took it, or the client gave up while it waited
-        self._handle_connection(connection, address)  # -> handle_stream: holds a whole unit
+        self._take(connection, address)  # -> handle_stream: holds a whole unit
+
+    def _take(self, connection: socket.socket, address: Any) -> None:
+        """A connection accepted here one at a time (fair) or handed down by the parent (dispatch)."""
+        tornado_private.handle_connection(self, connection, address)
 
     def on_close(self, server_conn: object) -> None:
         if self.lifecycle is not None:
@@ -114,7 +115,7 @@ class LabHTTPServer(HTTPServer):
         write = stream.write
 
         def write_json_errors(data: bytes | memoryview) -> Future[None]:
-            return write(_JSON_400 if data == _BARE_400 else data)
+            return write(_JSON_400 if data == tornado_private.BARE_400 else data)
 
         stream.write = write_json_errors  # type: ignore[method-assign]
         super().handle_stream(stream, address)

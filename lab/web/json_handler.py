@@ -12,6 +12,7 @@ from typing import Any
 from tornado.web import HTTPError, RequestHandler
 
 from lab.errors import LabError
+from lab.web import tornado_private
 
 
 class JsonHandler(RequestHandler):
@@ -31,7 +32,7 @@ class JsonHandler(RequestHandler):
         elif status_code >= 500:
             message = "internal server error (the server log has the details)"
         else:
-            message = self._reason
+            message = tornado_private.reason(self)
         body: dict[str, Any] = {"status": status_code, "message": message}
         if isinstance(error, LabError):
             for name, value in error.headers.items():

@@ -3,7 +3,8 @@
     connected(stream)      a new connection holds a whole process (fair accept) for ACCEPT_GRACE_S at most
     begin(stream)          a request arrives: counted in flight, timed from now            -> RequestLife
     life.classify(mode)    its mode: its /stats bucket
-    life.claim(workload)   once known: the request takes its share of the process from its connection
+    life.claim(share)      once its run is known: the request takes that share of the process from its
+                           connection (Services.share says how much)
     life.attend(work)      the work it awaits; cancelled if its client goes (ClientGone) or
                            the server's grace period runs out (503)
     life.end(status)       counted once, as the response is about to leave: success and error alike
@@ -17,6 +18,7 @@ these; nothing else touches the counters or the process's occupancy.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
@@ -25,10 +27,7 @@ from tornado.ioloop import IOLoop
 
 from lab.errors import LabError
 from lab.instruments.stats import RequestStats
-from lab.modes.contract import Facts, make_facts
-from lab.modes.registry import MODES
 from lab.web.occupancy import ACCEPT_GRACE_S, Occupancy
-from workloads.registry import WORKLOADS
 
 T = TypeVar("T")
 
@@ -37,19 +36,33 @@ class ClientGone(Exception):
     """The client closed its connection while its request's work was awaited."""
 
 
+class Phase(enum.Enum):
+    """Where a server process's requests stand."""
+
+    SERVING = "serving"  # requests come, are answered, go (also while a stop waits for them)
+    ABANDONING = "abandoning"  # the stop's grace period is over: awaited work is cancelled, its clients get 503
+
+
+class Stage(enum.Enum):
+    """Where one request is in its life."""
+
+    IN_FLIGHT = "in flight"  # begun, not answered yet
+    CLIENT_GONE = "client gone"  # its client closed the connection before the answer
+    ENDED = "ended"  # counted: its answer is leaving
+    LEFT = "left"  # its answer has gone: it holds nothing
+
+
 class Lifecycle:
     """Every request of one server process: in flight, counted, classified, and what they hold of it."""
 
-    def __init__(self, stats: RequestStats, facts: Callable[[], Facts], on_end: Callable[[], None]) -> None:
+    def __init__(self, stats: RequestStats, on_end: Callable[[int], None]) -> None:
         self.stats = stats
-        self.occupancy = Occupancy()  # what the fair accept policy reads (lab/serve/accept.py)
+        self.occupancy = Occupancy()  # what the fair and dispatch accept policies read (lab/serve/accept.py)
         self.active = 0  # requests begun and not yet ended
         # Work in-flight requests await: abandon() cancels it when the grace period is over.
         self.jobs: set[asyncio.Future[Any]] = set()
-        self.stopping = False
-        self._facts = facts
-        self._on_end = on_end  # after each counted end: publish to the stats board
-        self._shares: dict[tuple[str, str], float] = {}
+        self.phase = Phase.SERVING
+        self._on_end = on_end  # after each counted end, told how many remain in flight: publish to the board
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -70,20 +83,6 @@ class Lifecycle:
         self._idle.clear()
         return RequestLife(self, connection)
 
-    def share(self, mode: str, workload: str) -> float:
-        """The part of this process one run takes: 1 / the lanes its mode has here for it; 0 if it only waits.
-
-        Kept per (mode, workload) from its first use: the pools' sizes are
-        fixed, and a cluster's size when first used stands for it (the fair
-        policy's estimate, not a limit).
-        """
-        key = (mode, workload)
-        if key not in self._shares:
-            traits = [WORKLOADS[workload].describe()] if workload in WORKLOADS else []
-            lanes = MODES[mode].capacity(make_facts({**self._facts(), "processes": 1}, traits), workload).lanes
-            self._shares[key] = 0.0 if lanes is None else 1.0 / lanes
-        return self._shares[key]
-
     def finished(self, mode: str | None, status: int, seconds: float, cpu: float | None = None) -> None:
         """A request ended (RequestLife.end): out of flight, and counted under its mode if it has one."""
         self.active -= 1
@@ -91,7 +90,7 @@ class Lifecycle:
             self._idle.set()
         if mode is not None:
             self.stats.record(mode, status, seconds, cpu)
-            self._on_end()
+            self._on_end(self.active)
 
     async def done(self) -> None:
         """Return once no request is in flight."""
@@ -99,7 +98,7 @@ class Lifecycle:
 
     def abandon(self) -> None:
         """The grace period is over: every awaited job ends now, its client gets a 503."""
-        self.stopping = True
+        self.phase = Phase.ABANDONING
         for job in list(self.jobs):
             job.cancel()
 
@@ -112,8 +111,7 @@ class RequestLife:
         self.mode: str | None = None  # its /stats bucket; None: a route not worth counting
         self._lifecycle = lifecycle
         self._connection = connection
-        self._ended = False
-        self._gone = False
+        self.stage = Stage.IN_FLIGHT
         self._job: asyncio.Future[Any] | None = None
         self._cpu: float | None = None
 
@@ -121,11 +119,9 @@ class RequestLife:
         """Counted under `mode` in /stats, whatever its ending."""
         self.mode = mode
 
-    def claim(self, workload: str) -> None:
-        """Its mode's run of `workload` is what it needs: it holds that share of the process, not its connection's."""
-        if self.mode is None:
-            raise RuntimeError("claim() needs the request's mode: classify() it first")
-        self._lifecycle.occupancy.move(self._connection, self, self._lifecycle.share(self.mode, workload))
+    def claim(self, share: float) -> None:
+        """Its run is what it needs (`share` of the process, 0 if it only waits): it holds that, not its connection."""
+        self._lifecycle.occupancy.move(self._connection, self, share)
 
     async def attend(self, work: Awaitable[T]) -> T:
         """Await `work`, cancelling it if the client goes away (ClientGone) or the server gives up waiting (503).
@@ -139,9 +135,9 @@ class RequestLife:
         try:
             return await job
         except asyncio.CancelledError:
-            if self._gone:
+            if self.stage is Stage.CLIENT_GONE:
                 raise ClientGone from None
-            if self._lifecycle.stopping:
+            if self._lifecycle.phase is Phase.ABANDONING:
                 raise LabError(503, "the server is shutting down; retry", retry_after=1) from None
             raise
         finally:
@@ -153,18 +149,21 @@ class RequestLife:
         self._cpu = cpu
 
     def client_gone(self) -> None:
-        self._gone = True
-        if self._job is not None:
-            self._job.cancel()
+        """Its client closed the connection: what it awaits is cancelled (an answered request stays as it is)."""
+        if self.stage is Stage.IN_FLIGHT:
+            self.stage = Stage.CLIENT_GONE
+            if self._job is not None:
+                self._job.cancel()
 
     def end(self, status: int) -> None:
         """Counted once, before the response leaves: a client holding its answer finds it in /stats."""
-        if not self._ended:
-            self._ended = True
+        if self.stage in (Stage.IN_FLIGHT, Stage.CLIENT_GONE):
+            self.stage = Stage.ENDED
             self._lifecycle.finished(self.mode, status, time.time() - self.received, self._cpu)
 
     def left(self) -> None:
         """The response has left: this request, and its connection until its next request, hold nothing."""
+        self.stage = Stage.LEFT
         occupancy = self._lifecycle.occupancy
         occupancy.release(self)
         occupancy.release(self._connection)

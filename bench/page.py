@@ -39,10 +39,21 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
-from bench.optional import DEV_EXTRAS, missing, need_module
-from bench.servers import lab_server
-from bench.summary import Column, new_results_dir, text_table
+from bench.lib.args import (
+    CONCURRENCY,
+    NO_FILES,
+    OUT,
+    PARAM,
+    ROUNDS,
+    SERVER_ARGS,
+    URL,
+    WORKLOAD,
+    new_parser,
+    run_command,
+)
+from bench.lib.optional import DEV_EXTRAS, missing, need_module
+from bench.lib.servers import lab_server
+from bench.lib.summary import Column, new_results_dir, text_table
 from lab import ROOT
 from lab.modes.registry import MODES
 

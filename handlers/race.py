@@ -18,7 +18,7 @@ Protocol: the page sends one JSON text message
 (a mode that runs no workload, async, takes its own params: `delay`/`fanout`) and receives
 
     {"event": "start", "mode", "workload", "params", "concurrency"}   the race was accepted
-    ...the race's events: race, response, ping, done (EVENTS in bench/engine.py)...
+    ...the race's events: race, response, ping, done (EVENTS in bench/lib/engine.py)...
     {"event": "error", "message"}        bad input, busy, or the load generator failed
 
 after which the server closes the connection. Closing it first stops the race

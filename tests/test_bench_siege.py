@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.summary import ROW_KEYS, median
+from bench.lib.summary import ROW_KEYS, median
 from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.registry import MODES as REGISTRY
@@ -122,7 +122,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     for row in rows:
         assert_sane(row)
     by_name = {r["endpoint"]: r for r in rows}
-    # The ideal is bench/ideal.py over t: the median of solo runs before and after siege, in this run.
+    # The ideal is bench/lib/ideal.py over t: the median of solo runs before and after siege, in this run.
     blocking = by_name["blocking"]
     assert len(blocking["solo_before_s"]) == len(blocking["solo_after_s"]) == 3
     assert blocking["solo_s"] == pytest.approx(median(blocking["solo_before_s"] + blocking["solo_after_s"]), abs=1e-3)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench.compare import ROW_KEYS
-from bench.peers import Running, uwsgi, uwsgi_stats
+from bench.lib.peers import Running, uwsgi, uwsgi_stats
 from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
 

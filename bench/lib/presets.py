@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import findings
-from bench.peers import Setup, gunicorn, lab, uwsgi
+from bench.lib import findings
+from bench.lib.peers import Setup, gunicorn, lab, uwsgi
 
 CPU, IO = frozenset({"cpu"}), frozenset({"io"})
 BOTH = CPU | IO

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.summary import spread_text
+from bench.lib.summary import spread_text
 
 # Okabe & Ito (2008), "Color Universal Design"; black is kept for lines and text.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
@@ -21,7 +21,7 @@ INK = "#000000"
 FAILED = "#999999"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     # Imported on first use: matplotlib takes a second to load, and only charts need it.
     import matplotlib  # noqa: PLC0415
 
@@ -34,7 +34,7 @@ def _pyplot() -> Any:
 def save(fig: Any, path: Path) -> Path:
     """Every chart's end: the figure as a PNG at `path`, and its memory given back."""
     fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -155,7 +155,7 @@ def timeline(
     path: Path, summary: dict[str, Any], responses: Sequence[dict[str, Any]], pings: Sequence[dict[str, Any]]
 ) -> Path:
     """One race as a PNG: request bars by worker over the ping probe's latency; returns `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch  # noqa: PLC0415
 
     t0 = min(r["sent"] for r in responses)
@@ -218,7 +218,7 @@ def heatmaps(
     labels: dict[str, str] | None = None,
 ) -> Path:
     """One heatmap per (key, label, higher_is_better, number format) panel over a row x col grid; returns `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Rectangle  # noqa: PLC0415
 
     labels = labels or {}
@@ -262,7 +262,7 @@ def heatmaps(
 
 def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
     """bench.scale's two panels against concurrency (log axes): makespan with its ideal, and memory per request."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (times, memory) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
     markers = "osD^v<>"
     for number, name in enumerate(dict.fromkeys(p["series"] for p in points)):
@@ -288,7 +288,7 @@ def scale(path: Path, points: Sequence[dict[str, Any]]) -> Path:
 
 def compare(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     """bench.compare's rows as bars: makespan against the ideal, and the worst /ping wait, one colour per server."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch  # noqa: PLC0415
 
     servers = list(dict.fromkeys(r["server"] for r in rows))

@@ -18,7 +18,7 @@ A bench command is a module with a `build_parser()` and a `main(argv)`:
         return run_command(lambda: measure(args))  # 0; 1 with `error: ...`; 130 on Ctrl-C or SIGTERM
 
     def measure(args: argparse.Namespace) -> None:
-        with lab_server(args.url, args.server_args, "mine-") as base:  # bench/servers.py: --url's, or its own
+        with lab_server(args.url, args.server_args, "mine-") as base:  # bench/lib/servers.py: --url's, or its own
             ...
 
 A flag two commands take is declared here once (a `Flag`: its names, type,

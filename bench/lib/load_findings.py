@@ -1,5 +1,5 @@
 """Findings of the load tools (bench.seed, bench.knee): sentences written from the measured rows, with the numbers
-taken from them; no sentence the rows do not bear out (as bench/findings.py does for bench.compare)."""
+taken from them; no sentence the rows do not bear out (as bench/lib/findings.py does for bench.compare)."""
 
 from __future__ import annotations
 

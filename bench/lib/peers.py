@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from bench.servers import SERVING, TreeWatcher, all_serving, stop_server, tree, wait_ready
+from bench.lib.servers import SERVING, TreeWatcher, all_serving, stop_server, tree, wait_ready
 from lab import ROOT, loopback
 from lab.machine import cpu_count
 from lab.modes.contract import make_facts

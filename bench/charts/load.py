@@ -1,5 +1,5 @@
 """Charts for the load tools: a Locust run over time (bench.load), several side by side (bench.seed), the knee
-(bench.knee). Matplotlib and the palette of bench/charts.py."""
+(bench.knee). Matplotlib and the palette of bench/charts/figures.py."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.charts import OKABE_ITO, _pyplot, save
+from bench.charts.figures import OKABE_ITO, pyplot, save
 
 
 def timeline(path: Path, seed: Sequence[dict[str, Any]], host: Sequence[dict[str, Any]]) -> Path:
     """bench.load over time: throughput and failures, latency (median, 95th percentile), users; the host's CPU."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (rate, latency, cpu) = plt.subplots(3, 1, figsize=(9, 8), sharex=True, layout="constrained")
     seconds = [r["t_s"] for r in seed]
     rate.plot(seconds, [r["req_s"] or 0 for r in seed], marker="o", color=OKABE_ITO[0], label="requests/s")
@@ -43,7 +43,7 @@ def timeline(path: Path, seed: Sequence[dict[str, Any]], host: Sequence[dict[str
 
 def seed(path: Path, runs: Sequence[dict[str, Any]]) -> Path:
     """bench.seed: each target's throughput, median latency and idle CPU over time, one line per target."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (rate, latency, idle) = plt.subplots(3, 1, figsize=(9, 8), sharex=True, layout="constrained")
     for number, run in enumerate(runs):
         colour, label = OKABE_ITO[number % len(OKABE_ITO)], run["label"]
@@ -64,7 +64,7 @@ def seed(path: Path, runs: Sequence[dict[str, Any]]) -> Path:
 def knee(path: Path, rows: Sequence[dict[str, Any]], predicted: dict[str, float]) -> Path:
     """bench.knee: per mode, latency (median, 95th percentile) and what was served against the offered rate;
     the predicted capacity as a vertical line."""
-    plt = _pyplot()
+    plt = pyplot()
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     fig, axes = plt.subplots(2, len(modes), figsize=(6 * len(modes), 7), squeeze=False, layout="constrained")
     for column, mode in enumerate(modes):

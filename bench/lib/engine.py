@@ -7,9 +7,9 @@ thread sends GET /ping every few milliseconds and records how long each
 took, and the server's GIL contention the answer reports: the server's
 responsiveness while the race runs. Solo requests before the race measure
 the single-run time `t` (their median, their spread is the noise) that the
-ideal makespan is computed from (bench/ideal.py); where several runs could
+ideal makespan is computed from (bench/lib/ideal.py); where several runs could
 go at once, this machine's parallel capacity is measured too
-(bench/capacity.py), for the ideal it can really reach.
+(bench/lib/capacity.py), for the ideal it can really reach.
 
 bench/race.py is its command line; bench/sweep.py, bench/siege_steps.py and
 (through `python -m bench.race --jsonl`) the lab page use it too. EVENTS
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bench import capacity as machine
-from bench.ideal import lanes
-from bench.race_data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
+from bench.lib import capacity as machine
+from bench.lib.ideal import lanes
+from bench.lib.race_data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
 from lab import loopback
 from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
@@ -43,7 +43,7 @@ EVENTS = """
 {"event": "ping", "sent", "received", "ms", "status", "gil", "core_wait"}  one per probe (--ping-batch 0)
 {"event": "pings", "count", "failed", "from", "to", "p50_ms", "max_ms",
                    "worst": {"sent", "received", "ms"}, "gil", "core_wait"}  or one per --ping-batch seconds
-{"event": "done", "summary": {...}}                                      see Summary in bench/race_data.py
+{"event": "done", "summary": {...}}                                      see Summary in bench/lib/race_data.py
 {"event": "error", "message"}                                            the race could not run
 """
 

@@ -47,9 +47,10 @@ from bench.lib.engine import get, race
 from bench.lib.peers import BIN, Running, WorkerView
 from bench.lib.presets import PRESETS, Load, Preset
 from bench.lib.race_data import Event, RaceSpec, Response, Summary, spread_of
+from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import Peaks, ServerError
 from bench.lib.siege import SIEGERC, parse_siege
-from bench.lib.summary import Column, columns, machine_facts, markdown_table, new_results_dir, spread_text, text_table
+from bench.lib.tables import Column, columns, markdown_table, spread_text, text_table
 from lab.machine import cpu_count
 from lab.modes.upstream.embedded import EmbeddedUpstream
 

@@ -50,8 +50,10 @@ if __package__ in (None, ""):  # run as `python bench/crowd.py`
 from bench.lib.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, new_parser, run_command
 from bench.lib.burst import burst
 from bench.lib.limits import ensure_open_files
+from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import SERVING, LocalServer, stop_server, tree, wait_ready
-from bench.lib.summary import Column, machine_facts, median, new_results_dir, text_table
+from bench.lib.stats import median
+from bench.lib.tables import Column, text_table
 from lab import ROOT
 from lab.config import parse_args
 

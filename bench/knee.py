@@ -51,8 +51,8 @@ from bench.lib.engine import server_facts, solo_samples
 from bench.lib.load_findings import knee_findings
 from bench.lib.locust import INSTALL, Crowd, lab_pool, locust_command, run_locust, text
 from bench.lib.optional import need_module
+from bench.lib.results import new_results_dir
 from bench.lib.servers import own_server
-from bench.lib.summary import new_results_dir
 
 COLUMNS = ("mode", "max_pending", "x", "offered_rps", "sent", "ok", "rejected", "other", "ok_rps", "rejected_rps",
            "p50_ms", "p95_ms", "max_ms")  # fmt: skip

@@ -53,8 +53,8 @@ from bench.lib.locust import (
     text,
 )
 from bench.lib.optional import need_module
+from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
-from bench.lib.summary import new_results_dir
 
 
 def build_parser() -> argparse.ArgumentParser:

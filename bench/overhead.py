@@ -39,8 +39,10 @@ from bench.lib.args import (
     run_command,
 )
 from bench.lib.engine import get, mode_url, with_tag
+from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
-from bench.lib.summary import Column, markdown_table, new_results_dir, percentile, text_table
+from bench.lib.stats import percentile
+from bench.lib.tables import Column, markdown_table, text_table
 from lab.modes.registry import MODES
 
 WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]

@@ -52,8 +52,9 @@ from bench.lib.args import (
     run_command,
 )
 from bench.lib.optional import DEV_EXTRAS, missing, need_module
+from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
-from bench.lib.summary import Column, new_results_dir, text_table
+from bench.lib.tables import Column, text_table
 from lab import ROOT
 from lab.modes.registry import MODES
 
@@ -343,7 +344,7 @@ def _server_pid(base: str) -> int:
     if not psutil.pid_exists(pid):
         raise RuntimeError(f"{base} is not served from this machine: its CPU cannot be measured here")
     parent = psutil.Process(pid).parent()
-    # A forked server's parent (fork_processes) is the root of its process tree.
+    # A forked server's parent (lab/serve/supervisor.py) is the root of its process tree.
     return parent.pid if parent is not None and "server.py" in " ".join(parent.cmdline()) else pid
 
 

@@ -49,8 +49,9 @@ from bench.lib.args import (
 )
 from bench.lib.engine import race, server_modes
 from bench.lib.race_data import Event, RaceSpec
+from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
-from bench.lib.summary import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, new_results_dir, text_table
+from bench.lib.tables import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, text_table
 from lab.modes.registry import MODES
 
 

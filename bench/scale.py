@@ -45,8 +45,9 @@ from bench.lib.burst import burst
 from bench.lib.engine import server_facts
 from bench.lib.ideal import ideal_makespan
 from bench.lib.limits import ensure_open_files
+from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer, TreeWatcher, tree
-from bench.lib.summary import Column, columns, machine_facts, markdown_table, new_results_dir, text_table
+from bench.lib.tables import Column, columns, markdown_table, text_table
 
 SERIES = ("async", "threads", "processes", "per-thread")
 DEFAULT_LEVELS = (10, 100, 1000)

@@ -44,7 +44,7 @@ from bench.lib.locust import HOST_COLUMNS, INSTALL, SEED_COLUMNS, Crowd, PoolRea
 from bench.lib.optional import need_module
 from bench.lib.peers import BIN, Running, Setup, gunicorn, lab, uwsgi, uwsgi_stats
 from bench.lib.presets import CPU
-from bench.lib.summary import new_results_dir
+from bench.lib.results import new_results_dir
 from lab.modes.upstream.embedded import EmbeddedUpstream
 
 DEFAULT_TARGETS = "/threading,/processing,uwsgi -p 2"

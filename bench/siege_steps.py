@@ -7,7 +7,7 @@
     python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
     python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
 
-The ideal comes from bench/lib/ideal.py (one implementation, from the modes' capacity in lab/modes/registry.py).
+The ideal comes from bench/lib/ideal.py (one implementation, from the modes' capacity in lab/modes/).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ from bench.lib.args import (
 )
 from bench.lib.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
 from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, lanes
+from bench.lib.results import machine_facts
 from bench.lib.servers import wait_ready
 from bench.lib.siege import SIEGERC, StepError, parse_siege
-from bench.lib.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
+from bench.lib.stats import median, ratio
+from bench.lib.tables import COLUMNS, SPREAD_COLUMN, markdown_table, text_table
 from lab.modes.registry import MODES
 
 TIMEOUT_S = 600.0

@@ -37,8 +37,10 @@ from bench.charts import figures as charts
 from bench.lib.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, new_parser, run_command
 from bench.lib.engine import race
 from bench.lib.race_data import Event, RaceSpec, Response, Summary
+from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer
-from bench.lib.summary import Column, columns, machine_facts, new_results_dir, percentile, text_table
+from bench.lib.stats import percentile
+from bench.lib.tables import Column, columns, text_table
 
 DEFAULT_PROCESSES = (1, 2, 4)
 DEFAULT_THREADS = (1, 2, 4)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from bench.lib.summary import ROW_KEYS, median
+from bench.lib.stats import median
+from bench.lib.tables import ROW_KEYS
 from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.registry import MODES as REGISTRY

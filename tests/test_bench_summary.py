@@ -9,8 +9,10 @@ import pytest
 
 from bench.lib.engine import mode_url
 from bench.lib.ideal import ideal_makespan, lanes
+from bench.lib.results import new_results_dir
 from bench.lib.siege import StepError, parse_siege
-from bench.lib.summary import ROW_KEYS, markdown_table, median, new_results_dir, percentile, ratio, text_table
+from bench.lib.stats import median, percentile, ratio
+from bench.lib.tables import ROW_KEYS, markdown_table, text_table
 from bench.siege_steps import summary_row
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.lib.summary import spread_text
+from bench.lib.tables import spread_text
 
 # Okabe & Ito (2008), "Color Universal Design"; black is kept for lines and text.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")

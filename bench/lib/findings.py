@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.lib.summary import spread_text
+from bench.lib.tables import spread_text
 from lab.machine import cpu_count
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.lib.capacity import Capacity
 from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, ideal_words, lanes, reachable_makespan
-from bench.lib.summary import median, percentile, ratio
+from bench.lib.stats import median, percentile, ratio
 from lab.modes.registry import MODES
 
 Event = dict[str, Any]

@@ -9,7 +9,7 @@ fair       A child takes one connection per wake-up and
            stops listening while the work it holds fills its capacity; the next
            connection stays in the kernel's queue for a child that has room. A
            request's share of its process is 1 / lanes, the lanes its mode and
-           workload have in one process (lab/modes/registry.py): a GIL-holding loop in
+           workload have in one process (each mode's capacity, lab/modes/): a GIL-holding loop in
            threading fills it alone (threads would only take turns on it), a
            sleep takes 1/pool, async nothing. A connection whose request is not
            yet known holds a whole process, for at most ACCEPT_GRACE_S.

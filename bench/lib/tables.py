@@ -1,27 +1,11 @@
-"""Bench results: the summary row, its text and Markdown tables, machine facts, result folders."""
+"""The bench's tables: the summary row's columns, shown as aligned text or as GitHub Markdown."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
-import os
-import platform
-import re
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import psutil
-
-from lab.config import DEFAULT_RESULTS
-from lab.machine import cpu_count
-
-RESULTS = DEFAULT_RESULTS  # where the server's GET /compare looks too
 
 # summary.json rows carry these keys first (docs/bench.md); extras may follow.
 ROW_KEYS = ("endpoint", "elapsed_s", "mean_s", "shortest_s", "longest_s", "transactions", "failed", "ideal_s", "ratio")
@@ -128,28 +112,6 @@ def columns(*picks: str | Column) -> tuple[Column, ...]:
     return tuple(pick if isinstance(pick, Column) else SHARED.get(pick) or Column(pick, pick, "{}") for pick in picks)
 
 
-def ratio(elapsed_s: float, ideal_s: float) -> float:
-    """elapsed / ideal: 1.0 is the best this machine can do, 2.0 took twice as long."""
-    return round(elapsed_s / ideal_s, 3) if ideal_s > 0 else float("nan")
-
-
-def median(values: Sequence[float]) -> float:
-    """The middle value (mean of the two middle ones for an even count)."""
-    if not values:
-        raise ValueError("median of no values")
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
-
-
 def _notes(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> list[str]:
     """The lines a table's starred ratios need under it (none if it shows no RatioColumn)."""
     return ratio_notes(rows) if any(isinstance(c, RatioColumn) for c in columns) else []
@@ -178,77 +140,3 @@ def markdown_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[Column] 
     body = ["| " + " | ".join(c.show(row).replace("*", "\\*") for c in columns) + " |" for row in rows]
     notes = _notes(rows, columns)
     return "\n".join([header, align, *body, *(["", *notes] if notes else [])])
-
-
-def new_results_dir(prefix: str = "", root: Path = RESULTS) -> Path:
-    """A fresh bench/results/<prefix><timestamp>/ (a suffix keeps two runs in one second apart)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(100):
-        path = root / f"{prefix}{stamp}{f'-{attempt}' if attempt else ''}"
-        try:
-            path.mkdir(parents=True)
-        except FileExistsError:
-            continue
-        return path
-    raise RuntimeError(f"could not create a fresh results folder under {root}")
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def siege_version() -> str | None:
-    """`siege --version` (it prints to stderr); None without siege."""
-    siege = shutil.which("siege")
-    if siege is None:
-        return None
-    try:
-        done = subprocess.run([siege, "--version"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"SIEGE\s+(\S+)", done.stdout + done.stderr)
-    return match.group(1) if match else None
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_facts(native_threads: list[dict[str, Any]] | None, **extra: Any) -> dict[str, Any]:
-    """Cores, CPU, Python and library versions; `native_threads` as a server's /stats reports them.
-
-    The BLAS/OpenMP pool sizes that matter are the server's (it caps them when
-    it starts), so they come from the server measured, not from this process.
-    """
-    return {
-        "cores": cpu_count(),
-        "logical_cpus": os.cpu_count(),
-        "physical_cores": psutil.cpu_count(logical=False),
-        "cpu_model": cpu_model(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "python_implementation": platform.python_implementation(),
-        "versions": {
-            "tornado": _version("tornado"),
-            "numpy": _version("numpy"),
-            "scikit-learn": _version("scikit-learn"),
-            "threadpoolctl": _version("threadpoolctl"),
-            "psutil": _version("psutil"),
-            "distributed": _version("distributed"),
-            "siege": siege_version(),
-        },
-        "native_threads": native_threads,
-        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **extra,
-    }

@@ -42,7 +42,8 @@ if __package__ in (None, ""):  # run as `python bench/compare.py`: make the `ben
 
 from bench.charts import figures as charts
 from bench.lib import rounds
-from bench.lib.args import OUT, ROUNDS, new_parser, run_command
+from bench.lib.args import OUT, ROUNDS
+from bench.lib.command import new_parser, run_command
 from bench.lib.engine import get, race
 from bench.lib.peers import BIN, Running, WorkerView
 from bench.lib.presets import PRESETS, Load, Preset

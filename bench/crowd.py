@@ -47,8 +47,9 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/crowd.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, new_parser, run_command
+from bench.lib.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT
 from bench.lib.burst import burst
+from bench.lib.command import new_parser, run_command
 from bench.lib.limits import ensure_open_files
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import SERVING, LocalServer, stop_server, tree, wait_ready

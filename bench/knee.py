@@ -46,7 +46,8 @@ if __package__ in (None, ""):  # run as `python bench/knee.py`: make the `bench`
 
 from bench.charts import load as load_charts
 from bench.lib import ideal
-from bench.lib.args import OUT, SERVER_ARGS, check_ranges, new_parser, run_command
+from bench.lib.args import OUT, SERVER_ARGS
+from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.engine import server_facts, solo_samples
 from bench.lib.load_findings import knee_findings
 from bench.lib.locust import INSTALL, Crowd, lab_pool, locust_command, run_locust, text

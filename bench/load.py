@@ -40,18 +40,9 @@ if __package__ in (None, ""):  # run as `python bench/load.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import load as load_charts
-from bench.lib.args import OUT, SERVER_ARGS, URL, check_ranges, new_parser, run_command
-from bench.lib.locust import (
-    HOST_COLUMNS,
-    INSTALL,
-    SEED_COLUMNS,
-    Crowd,
-    lab_pool,
-    locust_command,
-    measure,
-    mode_of,
-    text,
-)
+from bench.lib import locust
+from bench.lib.args import OUT, SERVER_ARGS, URL
+from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.optional import need_module
 from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
@@ -80,19 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_ranges(parser, ("--users", args.users, 1, 10_000), ("--seconds", args.seconds, 1, 86_400))
-    need_module("locust", "Locust", INSTALL, tool="bench.load")
+    need_module("locust", "Locust", locust.INSTALL, tool="bench.load")
     return run_command(lambda: _ui(args) if args.ui else _run(args))
 
 
-def _crowd(args: argparse.Namespace) -> Crowd:
-    return Crowd(args.users, args.spawn_rate, args.requests, args.rate, args.arrivals, args.seconds)
+def _crowd(args: argparse.Namespace) -> locust.Crowd:
+    return locust.Crowd(args.users, args.spawn_rate, args.requests, args.rate, args.arrivals, args.seconds)
 
 
 def _ui(args: argparse.Namespace) -> None:
     """Locust's web UI on 127.0.0.1 against --url or a server of this run's own; the form starts with our flags."""
     with lab_server(args.url, args.server_args, "load-server-") as base:
         crowd = replace(_crowd(args), requests=0)  # a UI run goes on until its Stop button
-        command = [arg for arg in locust_command(crowd, args.path, base, Path("-")) if arg != "--headless"]
+        command = [arg for arg in locust.locust_command(crowd, args.path, base, Path("-")) if arg != "--headless"]
         # The UI's own runs: no CSV, no --run-time, no summary-only, no answers log (it would grow without end).
         keep = [*command[: command.index("--lab-log")], "--web-host", "127.0.0.1", "--web-port", str(args.web_port)]
         print(f"Locust's UI: http://127.0.0.1:{args.web_port} (against {base}; Ctrl-C stops it)", file=sys.stderr)
@@ -107,13 +98,14 @@ def _run(args: argparse.Namespace) -> None:
         pace = f" at {args.rate:g} req/s each" if args.rate else ""
         pace += f", {args.arrivals:g} req/s together" if args.arrivals else ""
         print(f"{args.users} users on {base}{args.path}{pace}", file=sys.stderr)
-        doc = measure(base, args.path, crowd, out / "locust", every=args.every, pool=lab_pool(base, mode_of(args.path)))
+        pool = locust.lab_pool(base, locust.mode_of(args.path))
+        doc = locust.measure(base, args.path, crowd, out / "locust", every=args.every, pool=pool)
     (out / "load.json").write_text(json.dumps({"path": args.path, "users": args.users, "rate": args.rate,
                                                "arrivals": args.arrivals, "requests": args.requests, **doc},
                                               indent=1) + "\n")  # fmt: skip
-    print(text(doc["locust"], SEED_COLUMNS))
+    print(locust.text(doc["locust"], locust.SEED_COLUMNS))
     print()
-    print(text(doc["host"], HOST_COLUMNS))
+    print(locust.text(doc["host"], locust.HOST_COLUMNS))
     chart = load_charts.timeline(out / "load.png", doc["locust"], doc["host"])
     print(f"wrote {out / 'load.json'}\nwrote {chart}")
 

@@ -26,18 +26,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib.args import (
-    NO_FILES,
-    OUT,
-    PARAM,
-    SERVER_ARGS,
-    TIMEOUT,
-    URL,
-    WORKLOAD,
-    check_ranges,
-    new_parser,
-    run_command,
-)
+from bench.lib.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD
+from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.engine import get, mode_url, with_tag
 from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server

@@ -39,18 +39,8 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib.args import (
-    CONCURRENCY,
-    NO_FILES,
-    OUT,
-    PARAM,
-    ROUNDS,
-    SERVER_ARGS,
-    URL,
-    WORKLOAD,
-    new_parser,
-    run_command,
-)
+from bench.lib.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD
+from bench.lib.command import new_parser, run_command
 from bench.lib.optional import DEV_EXTRAS, missing, need_module
 from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server

@@ -43,10 +43,8 @@ from bench.lib.args import (
     URL,
     WARMUP,
     WORKLOAD,
-    check_ranges,
-    new_parser,
-    run_command,
 )
+from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.engine import race, server_modes
 from bench.lib.race_data import Event, RaceSpec
 from bench.lib.results import new_results_dir

@@ -40,8 +40,9 @@ if __package__ in (None, ""):  # run as `python bench/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import figures as charts
-from bench.lib.args import OUT, new_parser, run_command
+from bench.lib.args import OUT
 from bench.lib.burst import burst
+from bench.lib.command import new_parser, run_command
 from bench.lib.engine import server_facts
 from bench.lib.ideal import ideal_makespan
 from bench.lib.limits import ensure_open_files

@@ -38,7 +38,8 @@ if __package__ in (None, ""):  # run as `python bench/seed.py`: make the `bench`
 
 from bench.charts import load as load_charts
 from bench.lib import rounds
-from bench.lib.args import OUT, ROUNDS, check_ranges, new_parser, run_command
+from bench.lib.args import OUT, ROUNDS
+from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.load_findings import seed_findings, summary_row
 from bench.lib.locust import HOST_COLUMNS, INSTALL, SEED_COLUMNS, Crowd, PoolReader, lab_pool, measure, text
 from bench.lib.optional import need_module

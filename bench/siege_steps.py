@@ -25,18 +25,8 @@ if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import rounds
-from bench.lib.args import (
-    CONCURRENCY,
-    PARAM,
-    REPS,
-    SOLO_RUNS,
-    WARMUP,
-    WORKLOAD,
-    Flag,
-    new_parser,
-    param_pair,
-    run_command,
-)
+from bench.lib.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, param_pair
+from bench.lib.command import new_parser, run_command
 from bench.lib.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
 from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, lanes
 from bench.lib.results import machine_facts

@@ -34,7 +34,8 @@ if __package__ in (None, ""):  # run as `python bench/sweep.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import figures as charts
-from bench.lib.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, new_parser, run_command
+from bench.lib.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD
+from bench.lib.command import new_parser, run_command
 from bench.lib.engine import race
 from bench.lib.race_data import Event, RaceSpec, Response, Summary
 from bench.lib.results import machine_facts, new_results_dir

@@ -21,13 +21,12 @@ from workloads.timing import RunRecord
 Query = Mapping[str, Sequence[str]]
 
 
+@dataclass
 class Refused(Exception):
     """A run this server will not make: the HTTP status its client gets, and why."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    status: int
+    message: str
 
 
 @dataclass(frozen=True)

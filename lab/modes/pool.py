@@ -13,19 +13,34 @@ import asyncio
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from lab.errors import LabError
-from lab.settings import Setting
+from lab.settings import Setting, count
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
     from lab.modes.contract import ServerConfig
 
 RETRY_AFTER_S = 1
+
+
+def pool_size(flag: str, behind: str, default: Callable[[], int], shown: str) -> Setting[int]:
+    """The flag that sizes a mode's pool, per server process: at least 1, `default` when not given.
+
+    `behind` says what the pool is (its help's start), `shown` how its default is reckoned.
+    """
+    return Setting(
+        flag,
+        count(1),
+        default_factory=default,
+        metavar="N",
+        help=f"{behind} (default: {shown} = %(default)s)",
+    )
 
 
 class Slots:
@@ -96,7 +111,7 @@ class PoolRunner:
 
     A subclass names its pool (`kind`), says what a job over its deadline
     costs (`timeout_outcome`), declares the setting that sizes it
-    (`size_setting`, also in `settings`), starts its executor in `start` and
+    (`size_setting`, its `settings` unless it declares more), starts its executor in `start` and
     hands one job to it in `_submit`; /stats facts, the start-up log line and
     `from_config` follow from those.
     """
@@ -107,6 +122,11 @@ class PoolRunner:
     settings: ClassVar[tuple[Setting[Any], ...]] = ()
     # The flag that sizes the pool (None: sized otherwise, as a cluster is).
     size_setting: ClassVar[Setting[int] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "settings" not in cls.__dict__ and cls.size_setting is not None:
+            cls.settings = (cls.size_setting,)  # the flag that sizes it is the one it declares
 
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         self.mode = mode

@@ -19,19 +19,14 @@ from typing import Any
 from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.interpreters.worker import executor_class, interpreter_id, run, unavailable
-from lab.modes.pool import PoolRunner
-from lab.settings import Setting, count
+from lab.modes.pool import PoolRunner, pool_size
 from workloads.registry import WORKLOADS
 from workloads.timing import RunRecord
 
 log = logging.getLogger(__name__)
 
-INTERPRETER_POOL = Setting(
-    "--interpreter-pool",
-    count(1),
-    default_factory=cpu_count,
-    metavar="N",
-    help="sub-interpreters behind /interpreters, per server process; Python 3.12+ (default: cores = %(default)s)",
+INTERPRETER_POOL = pool_size(
+    "--interpreter-pool", "sub-interpreters behind /interpreters, per server process; Python 3.12+", cpu_count, "cores"
 )
 THREAD_PREFIX = "lab-interp"
 
@@ -41,7 +36,6 @@ class InterpreterRunner(PoolRunner):
 
     kind = "interpreters"
     timeout_outcome = "Python cannot stop an interpreter's thread, so it runs on and holds its slot until it ends"
-    settings = (INTERPRETER_POOL,)
     size_setting = INTERPRETER_POOL
 
     @staticmethod

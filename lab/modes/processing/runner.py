@@ -15,22 +15,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lab.machine import cpu_count
-from lab.modes.pool import PoolRunner
+from lab.modes.pool import PoolRunner, pool_size
 from lab.modes.processing.executor import broken, workers
 from lab.modes.processing.worker import init_pool_worker, run_in_worker
-from lab.settings import Setting, count
 from workloads.registry import warm_up
 from workloads.timing import RunRecord
 
 log = logging.getLogger(__name__)
 
 
-PROCESS_POOL = Setting(
-    "--process-pool",
-    count(1),
-    default_factory=cpu_count,
-    metavar="N",
-    help="worker processes behind /processing, per server process (default: cores = %(default)s)",
+PROCESS_POOL = pool_size(
+    "--process-pool", "worker processes behind /processing, per server process", cpu_count, "cores"
 )
 
 
@@ -39,7 +34,6 @@ class ProcessRunner(PoolRunner):
 
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
-    settings = (PROCESS_POOL,)
     size_setting = PROCESS_POOL
 
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:

@@ -8,8 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lab.machine import cpu_count
-from lab.modes.pool import PoolRunner
-from lab.settings import Setting, count
+from lab.modes.pool import PoolRunner, pool_size
 from workloads.registry import run_timed
 from workloads.timing import RunRecord
 
@@ -19,12 +18,8 @@ def default_thread_pool() -> int:
     return min(32, cpu_count() + 4)
 
 
-THREAD_POOL = Setting(
-    "--thread-pool",
-    count(1),
-    default_factory=default_thread_pool,
-    metavar="N",
-    help="threads behind /threading, per server process (default: min(32, cores+4) = %(default)s)",
+THREAD_POOL = pool_size(
+    "--thread-pool", "threads behind /threading, per server process", default_thread_pool, "min(32, cores+4)"
 )
 
 
@@ -33,7 +28,6 @@ class ThreadRunner(PoolRunner):
 
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
-    settings = (THREAD_POOL,)
     size_setting = THREAD_POOL
 
     async def start(self) -> None:

@@ -19,6 +19,7 @@ import asyncio
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from workloads.params import Param, parse_params
@@ -170,8 +171,9 @@ class RunnerFactory(Protocol):
     def from_config(self, mode: str, config: ServerConfig) -> Runner: ...
 
 
+@cache
 def runner_class(mode: Mode) -> RunnerFactory:
-    """The class `mode.runner` names, imported on first use."""
+    """The class `mode.runner` names, imported on first use (and found again without its import path)."""
     module, _, name = mode.runner.rpartition(".")
     return cast(RunnerFactory, getattr(importlib.import_module(module), name))
 

@@ -10,7 +10,7 @@ from handlers.base import NotFoundHandler
 from handlers.routes import all_routes
 from lab.config import Config
 from lab.logs import clip
-from lab.services import Services
+from lab.serve.services import Services
 
 access_log = logging.getLogger("tornado.access")
 
@@ -22,7 +22,7 @@ QUIET_PATHS = frozenset({"/ping"})
 def make_app(config: Config, services: Services) -> Application:
     def log_request(handler: RequestHandler) -> None:
         # Tornado calls this once for every request it finishes, errors and
-        # abandoned requests included (the access log only: lab/lifecycle.py
+        # abandoned requests included (the access log only: lab/web/lifecycle.py
         # counts them). One line each, whatever the request, and a bounded one:
         # the URI and the error's message are clipped. --no-access-log: none.
         if config.access_log and handler.request.path not in QUIET_PATHS:

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from bench.servers import SERVING, all_serving
+from bench.lib.servers import SERVING, all_serving
 from lab import ROOT, loopback
 from tests.procs import STALL_S, Watch, wait_for
 
@@ -166,7 +166,7 @@ class LabServer:
         counts = {"server": psutil.Process(self.pid).num_fds()}
         for process in self.descendants():
             with contextlib.suppress(psutil.Error):
-                if "lab.upstream_server" in process.cmdline():
+                if "lab.modes.upstream.server" in process.cmdline():
                     counts["upstream"] = process.num_fds()
         return counts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from collections import Counter
 
-from lab.descriptors import RESERVE, DescriptorBudget
+from lab.web.descriptors import RESERVE, DescriptorBudget
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, copies, get, get_many
 from tests.procs import wait_for

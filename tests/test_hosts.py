@@ -11,7 +11,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from lab.config import Config, parse_args
-from lab.hosts import AllowedHosts, allowed_host_arg, host_name
+from lab.web.hosts import AllowedHosts, allowed_host_arg, host_name
 from tests.inproc import InProcessLab, serve_in_process
 from tests.rawhttp import get_raw
 

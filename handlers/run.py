@@ -44,6 +44,7 @@ class RunHandler(LabHandler):
                 finished=record["finished"],
                 cpu=record["cpu"],
                 core_wait=record["core_wait"],
+                blocked=record["blocked"],
                 gil_wait=record["gil_wait"],
                 worker_address=record.get("address"),
                 worker_interpreter=record.get("interpreter"),

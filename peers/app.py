@@ -90,7 +90,7 @@ def run(received: float, name: str, query: dict[str, list[str]]) -> dict[str, An
     return envelope(mode=MODE, workload=name, params=params, result=record["result"], server_pid=os.getpid(),
                     task_id=worker_id(), worker_pid=record["pid"], worker_thread=record["thread"], received=received,
                     started=record["started"], finished=record["finished"], cpu=record["cpu"],
-                    core_wait=record["core_wait"], gil_wait=record["gil_wait"])  # fmt: skip
+                    core_wait=record["core_wait"], blocked=record["blocked"], gil_wait=record["gil_wait"])  # fmt: skip
 
 
 def _error(start_response: StartResponse, status: int, message: str) -> list[bytes]:

@@ -66,6 +66,10 @@ def test_a_process_pool_worker_waits_for_no_gil(server: LabServer) -> None:
     # with 0-4 busy loops beside it; the worst seen anywhere was 0.11 (a sub-interpreter on CI).
     split = shares(timings)
     assert split["blocked"] < split["cpu"] + split["core_wait"], split
+    # Blocked for certain (a sleep), and still none of it the GIL's.
+    [sleep] = get_many([f"{server.url}/processing/sleep?seconds=0.05"])
+    timing = sleep.json()["timing"]
+    assert timing["blocked_ms"] > timing["cpu_ms"] and timing["gil_wait_ms"] == 0, timing
 
 
 @pytest.mark.usefixtures("hogs")

@@ -150,7 +150,7 @@ def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServe
     # Each bar is split by its own timing: a process-pool worker's GIL is its own, so none of its
     # blocked time (if any) is drawn or told as the GIL's.
     for bar in drawn:
-        assert float(bar["gil_wait_ms"]) == 0 and bar["blocked_ms"] != "", bar
+        assert float(bar["gil_wait_ms"]) == 0 and float(bar["blocked_ms"]) >= 0, bar
     assert page.locator("#ping-track").get_attribute("data-count") != "0"
     done(visit, "processing")
 

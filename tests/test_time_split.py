@@ -62,10 +62,11 @@ def test_a_process_pool_worker_waits_for_no_gil(server: LabServer) -> None:
     timings = burst(server, "processing", 4)
     assert all(t["gil_wait_ms"] == 0 for t in timings)  # its GIL is its own: no part of blocked is the GIL's
     # Its run was computing or waiting for a core (how much of each depends on what else this
-    # machine runs: the suite's other worker, say), and hardly blocked: measured 0.000 of the run
-    # with 0-4 busy loops beside it; the worst seen anywhere was 0.11 (a sub-interpreter on CI).
+    # machine runs: the suite's other worker, say), and hardly blocked: less than it computed.
+    # Measured blocked 0.000 of the run and computing 0.22 or more with 0-4 busy loops beside it;
+    # the worst blocked seen anywhere was 0.11 (a sub-interpreter on CI, computing about half).
     split = shares(timings)
-    assert split["blocked"] < split["cpu"] + split["core_wait"], split
+    assert split["blocked"] < split["cpu"], split
     # Blocked for certain (a sleep), and still none of it the GIL's.
     [sleep] = get_many([f"{server.url}/processing/sleep?seconds=0.05"])
     timing = sleep.json()["timing"]

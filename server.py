@@ -2,7 +2,7 @@
 
 BLAS/OpenMP pools are sized when numpy loads, so they are capped before any
 import that loads numpy (set OMP_NUM_THREADS etc. yourself to experiment;
-/stats and the bench report what was used). Then lab/main.py runs the server
+/stats and the bench report what was used). Then lab/serve/main.py runs the server
 with handlers/app.py's application: parse, bind, fork, serve, stop.
 
 The imports sit under __main__ so that the processes pools spawn (they run
@@ -14,6 +14,6 @@ from lab.native import cap_native_threads
 if __name__ == "__main__":
     cap_native_threads()
     from handlers.app import make_app
-    from lab.main import main
+    from lab.serve.main import main
 
     main(make_app)

@@ -46,7 +46,7 @@ async def serve(host: str, port: int) -> None:
     sockets = bind_sockets(port, host, backlog=LISTEN_BACKLOG)
     server = HTTPServer(Application([(r"/sleep", SleepHandler)]))
     server.add_sockets(sockets)
-    # The same words as the lab's start-up line, so bench.servers.wait_ready reads both alike.
+    # The same words as the lab's start-up line, so bench.lib.servers.wait_ready reads both alike.
     print(f"serving on http://{host}:{sockets[0].getsockname()[1]}/", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -6,9 +6,9 @@
     python -m bench.compare --preset coroutines    # uWSGI+gevent and the lab's /async, 10 and 200 waiting
     python -m bench.compare --quick                # small workloads, fewer configurations (2 per server)
 
-Every configuration is started in turn, as a user starts it (bench/peers.py:
+Every configuration is started in turn, as a user starts it (bench/lib/peers.py:
 `server.py`, `uwsgi --ini peers/...`, `gunicorn -c peers/...`), and given the
-same loads by the same clients: the Python race (bench/engine.py: requests
+same loads by the same clients: the Python race (bench/lib/engine.py: requests
 released together, /ping probed meanwhile, the ideal from the lab's own
 capacity model) and then siege. Waiting loads call one upstream shared by
 all (the lab's, started here). Meanwhile the server's process tree is
@@ -40,17 +40,20 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/compare.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts, rounds
-from bench.args import OUT, ROUNDS, new_parser, run_command
-from bench.engine import get, race
-from bench.peers import BIN, Running, WorkerView
-from bench.presets import PRESETS, Load, Preset
-from bench.race_data import Event, RaceSpec, Response, Summary, spread_of
-from bench.servers import Peaks, ServerError
-from bench.siege_steps import SIEGERC, parse_siege
-from bench.summary import Column, columns, machine_facts, markdown_table, new_results_dir, spread_text, text_table
-from lab.config import cpu_count
-from lab.procs import EmbeddedUpstream
+from bench.charts import figures as charts
+from bench.lib import rounds
+from bench.lib.args import OUT, ROUNDS
+from bench.lib.command import new_parser, run_command
+from bench.lib.engine import get, race
+from bench.lib.peers import BIN, Running, WorkerView
+from bench.lib.presets import PRESETS, Load, Preset
+from bench.lib.race_data import Event, RaceSpec, Response, Summary, spread_of
+from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.servers import Peaks, ServerError
+from bench.lib.siege import SIEGERC, parse_siege
+from bench.lib.tables import Column, columns, markdown_table, spread_text, text_table
+from lab.machine import cpu_count
+from lab.modes.upstream.embedded import EmbeddedUpstream
 
 # The keys every row of compare.json carries (README, "Peers").
 ROW_KEYS = ("server", "config", "workload", "endpoint", "concurrency", "elapsed_s", "mean_s", "ideal_s", "ratio",

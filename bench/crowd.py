@@ -11,7 +11,7 @@ bench/bare_server.py, whose one handler only awaits asyncio.sleep. Each
 gets one unmeasured burst of the same size (the lab's upstream client
 opens its connections then), then the rounds alternate, bare then lab: c
 connections opened from one asyncio client, then every request sent at once
-(bench/scale.py's burst). Per side and round it
+(bench/lib/burst.py). Per side and round it
 prints the median and longest response, the failures (no answer, or any
 status that is not 2xx) and the server's CPU time per request (its process
 and its children: the lab's upstream included), then the range over the
@@ -47,11 +47,14 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/crowd.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, new_parser, run_command
-from bench.limits import ensure_open_files
-from bench.scale import burst
-from bench.servers import SERVING, LocalServer, stop_server, tree, wait_ready
-from bench.summary import Column, machine_facts, median, new_results_dir, text_table
+from bench.lib.args import CONCURRENCY, NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT
+from bench.lib.burst import burst
+from bench.lib.command import new_parser, run_command
+from bench.lib.limits import ensure_open_files
+from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.servers import SERVING, LocalServer, stop_server, tree, wait_ready
+from bench.lib.stats import median
+from bench.lib.tables import Column, text_table
 from lab import ROOT
 from lab.config import parse_args
 

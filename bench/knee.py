@@ -8,7 +8,7 @@ Every other bench tool is a closed burst: N requests, then wait. Here Locust
 offers R requests/s, evenly spaced, whether or not the server keeps up
 (bench/locustfile.py --lab-arrivals: the k-th request is due k/R s after the
 first; there are as many users as requests, so none waits for a free user).
-Each mode's capacity is predicted from the registry: lanes (lab/modes.py, as
+Each mode's capacity is predicted from the registry: lanes (lab/modes/registry.py, as
 the ideal counts them: 1 for GIL-bound threads, a worker per core for
 processes) over t (the median of --solo-runs requests sent alone). The
 offered rate steps through --steps multiples of it, --step-seconds each,
@@ -44,14 +44,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/knee.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ideal, load_charts
-from bench.args import OUT, SERVER_ARGS, check_ranges, new_parser, run_command
-from bench.engine import server_facts, solo_samples
-from bench.load import INSTALL, Crowd, lab_pool, locust_command, run_locust, text
-from bench.load_findings import knee_findings
-from bench.optional import need_module
-from bench.servers import own_server
-from bench.summary import new_results_dir
+from bench.charts import load as load_charts
+from bench.lib import ideal
+from bench.lib.args import OUT, SERVER_ARGS
+from bench.lib.command import check_ranges, new_parser, run_command
+from bench.lib.engine import server_facts, solo_samples
+from bench.lib.load_findings import knee_findings
+from bench.lib.locust import INSTALL, Crowd, lab_pool, locust_command, run_locust, text
+from bench.lib.optional import need_module
+from bench.lib.results import new_results_dir
+from bench.lib.servers import own_server
 
 COLUMNS = ("mode", "max_pending", "x", "offered_rps", "sent", "ok", "rejected", "other", "ok_rps", "rejected_rps",
            "p50_ms", "p95_ms", "max_ms")  # fmt: skip

@@ -26,11 +26,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD, check_ranges, new_parser, run_command
-from bench.engine import get, mode_url, with_tag
-from bench.servers import lab_server
-from bench.summary import Column, markdown_table, new_results_dir, percentile, text_table
-from lab.modes import MODES
+from bench.lib.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD
+from bench.lib.command import check_ranges, new_parser, run_command
+from bench.lib.engine import get, mode_url, with_tag
+from bench.lib.results import new_results_dir
+from bench.lib.servers import lab_server
+from bench.lib.stats import percentile
+from bench.lib.tables import Column, markdown_table, text_table
+from lab.modes.registry import MODES
 
 WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]
 WARMUP_REQUESTS = 5

@@ -39,12 +39,14 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD, new_parser, run_command
-from bench.optional import DEV_EXTRAS, missing, need_module
-from bench.servers import lab_server
-from bench.summary import Column, new_results_dir, text_table
+from bench.lib.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD
+from bench.lib.command import new_parser, run_command
+from bench.lib.optional import DEV_EXTRAS, missing, need_module
+from bench.lib.results import new_results_dir
+from bench.lib.servers import lab_server
+from bench.lib.tables import Column, text_table
 from lab import ROOT
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 # How Chromium runs here: headless, as root, offline (no calls home).
 CHROMIUM_ARGS = [
@@ -152,7 +154,7 @@ def is_load_generator(process: psutil.Process) -> bool:
 
 def is_upstream(process: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
-        return "lab.upstream_server" in process.cmdline()
+        return "lab.modes.upstream.server" in process.cmdline()
     return False
 
 
@@ -332,7 +334,7 @@ def _server_pid(base: str) -> int:
     if not psutil.pid_exists(pid):
         raise RuntimeError(f"{base} is not served from this machine: its CPU cannot be measured here")
     parent = psutil.Process(pid).parent()
-    # A forked server's parent (fork_processes) is the root of its process tree.
+    # A forked server's parent (lab/serve/supervisor.py) is the root of its process tree.
     return parent.pid if parent is not None and "server.py" in " ".join(parent.cmdline()) else pid
 
 

@@ -16,7 +16,7 @@ once. Series:
 
 At each level the requests are released together from one asyncio client (a
 connection each), and the server's whole process tree (server, pool workers,
-upstream) is sampled meanwhile. Per level: makespan and its ideal (bench/ideal.py:
+upstream) is sampled meanwhile. Per level: makespan and its ideal (bench/lib/ideal.py:
 ceil(N / lanes) waits), failures, and the memory each waiting request cost:
 the tree's peak RSS above its RSS just before, divided by N. The pool series
 run with --max-pending above the largest level, so nothing is turned away.
@@ -39,17 +39,20 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
-from bench.args import OUT, new_parser, run_command
-from bench.engine import server_facts
-from bench.ideal import ideal_makespan
-from bench.limits import ensure_open_files
-from bench.servers import LocalServer, TreeWatcher, tree
-from bench.summary import Column, columns, machine_facts, markdown_table, new_results_dir, text_table
+from bench.charts import figures as charts
+from bench.lib.args import OUT
+from bench.lib.burst import burst
+from bench.lib.command import new_parser, run_command
+from bench.lib.engine import server_facts
+from bench.lib.ideal import ideal_makespan
+from bench.lib.limits import ensure_open_files
+from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.servers import LocalServer, TreeWatcher, tree
+from bench.lib.tables import Column, columns, markdown_table, text_table
 
 SERIES = ("async", "threads", "processes", "per-thread")
 DEFAULT_LEVELS = (10, 100, 1000)
-MAX_LEVEL = 10_000  # the C10k: needs about 20,500 open files (bench/limits.py)
+MAX_LEVEL = 10_000  # the C10k: needs about 20,500 open files (bench/lib/limits.py)
 
 
 @dataclass(frozen=True)
@@ -101,52 +104,6 @@ class Point:
     peak_threads: int
     peak_processes: int
     flags: str
-
-
-async def _one(host: str, port: int, target: str, gate: _Gate, deadline: float) -> tuple[float, float, int]:
-    """(sent, received, status) of one GET on its own connection, sent when every connection is open."""
-    try:
-        reader, writer = await asyncio.open_connection(host, port)
-    finally:
-        gate.arrived()
-    try:
-        await gate.opened.wait()
-        sent = time.time()
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        async with asyncio.timeout_at(deadline):
-            reply = await reader.read()  # the server closes after its answer
-        status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.") else 0
-        return sent, time.time(), status
-    finally:
-        writer.close()
-
-
-class _Gate:
-    """Opens once `count` clients have arrived: requests go out together, not as connections get made."""
-
-    def __init__(self, count: int) -> None:
-        self.waiting = count
-        self.opened = asyncio.Event()
-
-    def arrived(self) -> None:
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.opened.set()
-
-
-async def burst(url: str, target: str, concurrency: int, allowed: float) -> list[tuple[float, float, int]]:
-    """Open `concurrency` connections, then send every request at once; each one's (sent, received, status).
-
-    A request still unanswered `allowed` seconds from now counts as failed.
-    """
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    gate = _Gate(concurrency)
-    deadline = asyncio.get_running_loop().time() + allowed
-    results = await asyncio.gather(
-        *(_one(host, int(port), target, gate, deadline) for _ in range(concurrency)), return_exceptions=True
-    )
-    now = time.time()
-    return [r if isinstance(r, tuple) else (now, now, 0) for r in results]
 
 
 def measure(series: Series, level: int, seconds: float, log_dir: Path) -> Point:

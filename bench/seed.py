@@ -7,7 +7,7 @@
 The uWSGI tuning write-up this lab grew from ran 15 Locust users until 300
 requests against uWSGI's processes and threads, a table every 3 s (reqs,
 fails, avg, min, max, median, req/s) beside `vmstat` on the server. Here
-each target is started as bench.compare starts it (bench/peers.py: the
+each target is started as bench.compare starts it (bench/lib/peers.py: the
 lab's `server.py`, `uwsgi --ini peers/...`, `gunicorn -c peers/...`) and
 given the same users on `count` (n = --n), with bench.load's view of the
 host over the same seconds: the run queue, CPU user/system/idle/steal, and
@@ -36,15 +36,17 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/seed.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import load_charts, rounds
-from bench.args import OUT, ROUNDS, check_ranges, new_parser, run_command
-from bench.load import HOST_COLUMNS, INSTALL, SEED_COLUMNS, Crowd, PoolReader, lab_pool, measure, text
-from bench.load_findings import seed_findings, summary_row
-from bench.optional import need_module
-from bench.peers import BIN, Running, Setup, gunicorn, lab, uwsgi, uwsgi_stats
-from bench.presets import CPU
-from bench.summary import new_results_dir
-from lab.procs import EmbeddedUpstream
+from bench.charts import load as load_charts
+from bench.lib import rounds
+from bench.lib.args import OUT, ROUNDS
+from bench.lib.command import check_ranges, new_parser, run_command
+from bench.lib.load_findings import seed_findings, summary_row
+from bench.lib.locust import HOST_COLUMNS, INSTALL, SEED_COLUMNS, Crowd, PoolReader, lab_pool, measure, text
+from bench.lib.optional import need_module
+from bench.lib.peers import BIN, Running, Setup, gunicorn, lab, uwsgi, uwsgi_stats
+from bench.lib.presets import CPU
+from bench.lib.results import new_results_dir
+from lab.modes.upstream.embedded import EmbeddedUpstream
 
 DEFAULT_TARGETS = "/threading,/processing,uwsgi -p 2"
 SUMMARY_COLUMNS = ("seconds", "reqs", "fails", "avg_ms", "median_ms", "p95_ms", "req_s", "run_queue", "user_pct",
@@ -60,7 +62,7 @@ def target(name: str) -> Setup:
     if match is None:
         raise ValueError(f"unknown target {name!r}: a lab route (/threading), 'uwsgi -p 2' or 'gunicorn -w 2'")
     processes, threads = int(match.group(2)), int(match.group(3) or 1)
-    mode = "threading" if threads > 1 else "blocking"  # how the lab's capacity model sees it (bench/peers.py)
+    mode = "threading" if threads > 1 else "blocking"  # how the lab's capacity model sees it (bench/lib/peers.py)
     config = name.strip().split(" ", 1)[1]
     if match.group(1).startswith("uwsgi"):
         ini = "uwsgi-threads.ini" if threads > 1 else "uwsgi-processes.ini"

@@ -3,13 +3,13 @@
 # Bash starts, drives and stops things; bench/siege_steps.py does the waiting, timing and arithmetic.
 set -euo pipefail
 
-registry_modes() {  # the modes lab/modes.py registers, as "/a, /b, ..."; where to look without a Python
+registry_modes() {  # the modes lab/modes/registry.py registers, as "/a, /b, ..."; where to look without a Python
     local here=${BASH_SOURCE[0]%/*} python
     [[ $here != "${BASH_SOURCE[0]}" ]] || here=.
     python=${PYTHON:-$here/../.venv/bin/python}
     [[ -x $python ]] || python=python3
-    (cd "$here/.." && "$python" -c 'from lab.modes import MODES; print(", ".join("/" + m for m in MODES))' \
-        2>/dev/null) || echo "the modes in lab/modes.py"
+    (cd "$here/.." && "$python" -c 'from lab.modes.registry import MODES; print(", ".join("/" + m for m in MODES))' \
+        2>/dev/null) || echo "the modes in lab/modes/registry.py"
 }
 
 usage() {
@@ -19,7 +19,7 @@ usage() {
 usage: bench/siege.sh [options]
 
 Fire `siege -c 10 -r 1` at every mode the server serves, as its /modes lists
-them (the registry, lab/modes.py: @MODES@),
+them (the registry, lab/modes/registry.py: @MODES@),
 and at a forked server's /blocking and /threading, then print one table:
 elapsed (the makespan), mean/shortest/longest response, transactions, failures, the ideal makespan
 for this machine, ratio = elapsed / ideal, and the spread: how many requests
@@ -234,7 +234,7 @@ bench_endpoint() {  # GROUP BASE MODE ROUND: the endpoint GROUP, or GROUP-rROUND
     step solo-after --name "$name" --dir "$OUT" --solo-runs "$SOLO_RUNS"
 }
 
-# Every mode the server can run the workload in (its /modes: the registry in lab/modes.py), in its order.
+# Every mode the server can run the workload in (its /modes: the registry in lab/modes/registry.py), in its order.
 step modes --base "$URL" --workload "$WORKLOAD" >"$OUT/.step"
 mapfile -t MODES <"$OUT/.step"
 for ((round = 1; round <= ROUNDS; round++)); do

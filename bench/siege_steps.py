@@ -7,7 +7,7 @@
     python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
     python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
 
-The ideal comes from bench/ideal.py (one implementation, from the modes' capacity in lab/modes.py).
+The ideal comes from bench/lib/ideal.py (one implementation, from the modes' capacity in lab/modes/).
 """
 
 from __future__ import annotations
@@ -24,60 +24,21 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import rounds
-from bench.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, new_parser, param_pair, run_command
-from bench.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
-from bench.ideal import cpu_ideal_makespan, ideal_makespan, lanes
-from bench.servers import wait_ready
-from bench.summary import COLUMNS, SPREAD_COLUMN, machine_facts, markdown_table, median, ratio, text_table
-from lab.modes import MODES
+from bench.lib import rounds
+from bench.lib.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, param_pair
+from bench.lib.command import new_parser, run_command
+from bench.lib.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
+from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, lanes
+from bench.lib.results import machine_facts
+from bench.lib.servers import wait_ready
+from bench.lib.siege import SIEGERC, StepError, parse_siege
+from bench.lib.stats import median, ratio
+from bench.lib.tables import COLUMNS, SPREAD_COLUMN, markdown_table, text_table
+from lab.modes.registry import MODES
 
 TIMEOUT_S = 600.0
 # siege's numbers and the ideal, then how the requests spread over server processes.
 TABLE = (*COLUMNS, SPREAD_COLUMN)
-SIEGE_KEYS = ("transactions", "elapsed_time", "response_time", "shortest_transaction", "longest_transaction")
-
-
-# siege's settings for every run of the lab's: its own rc file (-R), so that a user's
-# ~/.siege/siege.conf cannot change what is measured (siege.sh's `siegerc` step writes it).
-SIEGERC = """\
-# Written by the lab's bench; siege runs with this file (-R), not ~/.siege/siege.conf.
-json_output = true
-parser = false
-delay = 0
-connection = close
-protocol = HTTP/1.1
-cache = false
-logging = false
-show-logfile = false
-verbose = false
-color = off
-timeout = 600
-failures = 1024
-"""
-
-
-class StepError(RuntimeError):
-    """A step cannot go on; its message is shown to the user as is."""
-
-
-def parse_siege(text: str) -> dict[str, Any]:
-    """The JSON object in siege's stdout, whatever precedes or follows it.
-
-    siege's first run on a machine prints "New configuration template added
-    to ..." before the JSON; other versions may add lines after it.
-    """
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except ValueError:
-            value = None
-        if isinstance(value, dict) and all(key in value for key in SIEGE_KEYS):
-            return value
-        start = text.find("{", start + 1)
-    raise StepError(f"no siege JSON summary found in its output ({len(text)} characters)")
 
 
 def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, reps: int) -> dict[str, Any]:
@@ -104,7 +65,7 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "ratio": ratio(elapsed, ideal),
     }
     server = plan["server"]
-    # The ideal from siege's runs' own CPU time (bench/ideal.py): unmoved by the host's speed.
+    # The ideal from siege's runs' own CPU time (bench/lib/ideal.py): unmoved by the host's speed.
     row |= {"cpu_ideal_s": None if cpu_ideal is None else round(cpu_ideal, 4),
             "cpu_ratio": ratio(elapsed, cpu_ideal) if cpu_ideal else None}  # fmt: skip
     return row | {
@@ -251,7 +212,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"# siege -c {args.concurrency} -r {args.reps}, {time.strftime('%Y-%m-%d %H:%M')}",
             "",
             f"{first['cores']} cores. Times in seconds; `ideal` is the best makespan possible on this machine "
-            "for each endpoint (bench/ideal.py; t is the median of solo requests before and after siege); "
+            "for each endpoint (bench/lib/ideal.py; t is the median of solo requests before and after siege); "
             "`ratio` = elapsed / ideal.",
             "",
             markdown_table(rows, TABLE),

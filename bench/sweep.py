@@ -33,12 +33,15 @@ import psutil
 if __package__ in (None, ""):  # run as `python bench/sweep.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
-from bench.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, new_parser, run_command
-from bench.engine import race
-from bench.race_data import Event, RaceSpec, Response, Summary
-from bench.servers import LocalServer
-from bench.summary import Column, columns, machine_facts, new_results_dir, percentile, text_table
+from bench.charts import figures as charts
+from bench.lib.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD
+from bench.lib.command import new_parser, run_command
+from bench.lib.engine import race
+from bench.lib.race_data import Event, RaceSpec, Response, Summary
+from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.servers import LocalServer
+from bench.lib.stats import percentile
+from bench.lib.tables import Column, columns, text_table
 
 DEFAULT_PROCESSES = (1, 2, 4)
 DEFAULT_THREADS = (1, 2, 4)

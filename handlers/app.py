@@ -9,7 +9,7 @@ from tornado.web import Application, RequestHandler
 from handlers.base import NotFoundHandler
 from handlers.routes import all_routes
 from lab.config import Config
-from lab.services import Services
+from lab.serve.services import Services
 
 access_log = logging.getLogger("tornado.access")
 
@@ -21,7 +21,7 @@ QUIET_PATHS = frozenset({"/ping"})
 def make_app(config: Config, services: Services) -> Application:
     def log_request(handler: RequestHandler) -> None:
         # Tornado calls this once for every request it finishes, errors and
-        # abandoned requests included (the access log only: lab/lifecycle.py counts them).
+        # abandoned requests included (the access log only: lab/web/lifecycle.py counts them).
         if config.access_log and handler.request.path not in QUIET_PATHS:
             status = handler.get_status()
             level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR

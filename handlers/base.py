@@ -1,4 +1,4 @@
-"""The lab's base handler: services injected, each request's life kept by lab/lifecycle.py."""
+"""The lab's base handler: services injected, each request's life kept by lab/web/lifecycle.py."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tornado.web import Finish
 
 from lab.errors import LabError
-from lab.json_handler import JsonHandler
-from lab.lifecycle import ClientGone, RequestLife
-from lab.modes import MODES
-from lab.query import decode_query
+from lab.modes.registry import MODES
+from lab.web.json_handler import JsonHandler
+from lab.web.lifecycle import ClientGone, RequestLife
+from lab.web.query import decode_query
 from workloads.params import ParamError
 
 if TYPE_CHECKING:
-    from lab.services import Services
+    from lab.serve.services import Services
 
 T = TypeVar("T")
 

@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from handlers.base import LabHandler
-from lab.modes import MODES
-from workloads.clocks import gil_enabled
-from workloads.registry import WORKLOADS
-
-
-def described() -> list[dict[str, Any]]:
-    """Every workload as /workloads lists it (the peers' WSGI app lists them alike)."""
-    # Whether threads share a GIL at all: on a free-threaded interpreter
-    # (gil_enabled false) every workload runs in parallel in threads.
-    enabled = gil_enabled()
-    return [{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]
+from lab.modes.registry import MODES
+from workloads.registry import WORKLOADS, described
 
 
 def runs_it(workload: str) -> list[str]:
@@ -36,7 +26,7 @@ class WorkloadsHandler(LabHandler):
 
 
 class ModesHandler(LabHandler):
-    """Every mode (the registry, lab/modes.py): what it does, where it runs, its params, whether it runs here."""
+    """Every mode (lab/modes/registry.py): what it does, where it runs, its params, whether it runs here."""
 
     def get(self) -> None:
         self.finish(json.dumps([mode.describe() for mode in MODES.values()]))

@@ -1,6 +1,6 @@
 """GET /metrics: the stats board in Prometheus's text format, all forked children included.
 
-A custom collector over lab/stats.py's shared-memory board, read at scrape
+A custom collector over lab/instruments/stats.py's shared-memory board, read at scrape
 time, so whichever child answers speaks for every server process (the
 board's slots), as /stats does. Names follow Prometheus's conventions:
 
@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from handlers.base import LabHandler
-from lab.stats import LATENCY_BUCKETS_S, merge
+from lab.instruments.stats import LATENCY_BUCKETS_S, merge
 
 # Pool counters that only ever grow (the snapshot's other numbers are gauges or sizes).
 OUTCOMES = ("submitted", "rejected", "timed_out", "cancelled_waiting", "broken", "pool_restarts", "workers_lost")

@@ -7,7 +7,7 @@ from html import escape
 from handlers.base import LabHandler
 from lab import ROOT
 from lab.errors import LabError
-from lab.modes import MODES
+from lab.modes.registry import MODES
 
 STATIC = ROOT / "static"
 PAGE = STATIC / "index.html"
@@ -29,7 +29,7 @@ CONTENT_SECURITY_POLICY = (
 
 
 def mode_links() -> str:
-    """A link to every mode that runs workloads (the registry, lab/modes.py), for the page's list of routes."""
+    """A link to every mode that runs workloads (the registry, lab/modes/registry.py), for the page's list of routes."""
     names = [name for name, mode in MODES.items() if mode.runs_workloads]
     return ", ".join(f'<a href="/{escape(name)}">/{escape(name)}</a>' for name in names)
 

@@ -18,7 +18,7 @@ Protocol: the page sends one JSON text message
 (a mode that runs no workload, async, takes its own params: `delay`/`fanout`) and receives
 
     {"event": "start", "mode", "workload", "params", "concurrency"}   the race was accepted
-    ...the race's events: race, response, ping, done (EVENTS in bench/engine.py)...
+    ...the race's events: race, response, ping, done (EVENTS in bench/lib/engine.py)...
     {"event": "error", "message"}        bad input, busy, or the load generator failed
 
 after which the server closes the connection. Closing it first stops the race
@@ -40,13 +40,16 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from handlers.base import LabHandler
 from lab import ROOT
 from lab.errors import LabError
-from lab.json_handler import JsonHandler
-from lab.modes import ASYNC_PARAMS, MODES
+from lab.modes.registry import MODES
+from lab.modes.upstream import ASYNC_PARAMS
+from lab.runs import Refused, Run, own, resolve
+from lab.web import tornado_private
+from lab.web.json_handler import JsonHandler
 from workloads.params import IntParam, ParamError
-from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
+from workloads.registry import WORKLOADS
 
 if TYPE_CHECKING:
-    from lab.services import Services
+    from lab.serve.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +88,7 @@ def _arg(value: object) -> str:
 
 @dataclass(frozen=True)
 class RaceRequest:
-    mode: str
-    workload: str  # for a mode that runs no workload, what it runs ("upstream" for async), as its envelopes say
-    params: dict[str, Any]
+    run: Run  # resolved as the route resolves it (for async, what it runs: "upstream", as its envelopes say)
     concurrency: int
 
     @classmethod
@@ -113,31 +114,33 @@ class RaceRequest:
             raise RaceInputError("params must be an object of NAME: VALUE")
         query = {str(name): [_text(str(name), value)] for name, value in raw.items()}
         concurrency_raw = doc.get("concurrency", CONCURRENCY.default)
+        name = doc.get("workload")
+        if name is not None and not isinstance(name, str):
+            raise RaceInputError(f"workload must be a name; workloads: {', '.join(WORKLOADS)}")
         try:
             concurrency = CONCURRENCY.parse(_text("concurrency", concurrency_raw))
-            if mode.workload is not None:
-                return cls(mode.name, mode.workload, mode.parse(query), concurrency)
-            name = doc.get("workload", DEFAULT_WORKLOAD)
-            workload = WORKLOADS.get(name) if isinstance(name, str) else None
-            if workload is None:
-                raise RaceInputError(f"unknown workload; workloads: {', '.join(WORKLOADS)}")
-            return cls(mode.name, workload.name, workload.parse(query), concurrency)
+            run = resolve(mode.name, name, query, runs=own(mode))
         except ParamError as error:
             raise RaceInputError(error.message) from None
+        except Refused as refused:
+            raise RaceInputError(refused.message) from None
+        return cls(run, concurrency)
 
     def command(self, base_url: str) -> list[str]:
         """The load generator's command line (run from the project root)."""
-        argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", self.mode]
-        if MODES[self.mode].runs_workloads:
+        run = self.run
+        argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", run.mode]
+        if MODES[run.mode].runs_workloads:
             # One second of warm-up load: a CPU that idled runs the solo request
             # (the `t` every ideal is built from) slower than it runs the race.
-            argv += ["--workload", self.workload, "--warmup", str(PAGE_WARMUP_S)]
-        for name, value in self.params.items():
+            argv += ["--workload", run.workload, "--warmup", str(PAGE_WARMUP_S)]
+        for name, value in run.params.items():
             argv += ["-p", f"{name}={_arg(value)}"]
         return [*argv, "-c", str(self.concurrency), "--jsonl"]
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.mode, "workload": self.workload, "params": self.params, "concurrency": self.concurrency}
+        run = self.run
+        return {"mode": run.mode, "workload": run.workload, "params": run.params, "concurrency": self.concurrency}
 
 
 async def run_load_generator(argv: list[str], relay: Callable[[str], Awaitable[None]]) -> None:
@@ -219,7 +222,7 @@ class RaceSocket(WebSocketHandler, JsonHandler):
             raise LabError(400, 'a WebSocket handshake needs "Connection: Upgrade"')
         # Tornado 6.6's own cross-origin algorithm (Sec-Fetch-Site, then Origin
         # against Host, then check_origin), as WebSocketHandler.get runs it.
-        if self._check_cross_origin(self.check_origin) is not None:
+        if tornado_private.cross_origin(self):
             raise LabError(403, "cross-origin WebSockets are not allowed: open the page from this server")
         if headers.get("Sec-WebSocket-Version") not in ("7", "8", "13"):
             raise LabError(426, "unsupported WebSocket version", headers={"Sec-WebSocket-Version": "13"})

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from handlers import catalog, compare, metrics, page, ping, race, run, stats
 
 if TYPE_CHECKING:
-    from lab.services import Services
+    from lab.serve.services import Services
 
 # run's route takes any /{mode}[/{workload}], so it comes after every fixed route.
 MODULES = (page, ping, catalog, stats, metrics, compare, race, run)

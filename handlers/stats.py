@@ -10,7 +10,7 @@ import psutil
 from threadpoolctl import threadpool_info
 
 from handlers.base import LabHandler
-from lab.stats import merge, summarise
+from lab.instruments.stats import merge, summarise
 
 
 @cache
@@ -34,11 +34,10 @@ def _usage(pid: int) -> dict[str, Any]:
 
 def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
     pools = doc["pools"]
-    processing = pools.get("processing", {})
-    busy = set(processing.get("busy_workers", []))
-    processing["workers"] = [
-        {"pid": pid, "busy": pid in busy, **_usage(pid)} for pid in processing.get("worker_pids", [])
-    ]
+    for pool in pools.values():
+        if pool.get("kind") == "processes":  # a pool of worker processes here: each one's usage, read now
+            busy = set(pool.get("busy_workers", []))
+            pool["workers"] = [{"pid": pid, "busy": pid in busy, **_usage(pid)} for pid in pool.get("worker_pids", [])]
     return {
         "pid": doc["pid"],
         "task_id": doc["task_id"],

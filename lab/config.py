@@ -3,7 +3,7 @@
 The server-wide settings are Config's fields, each declared with its flag
 (lab/settings.py). Each mode's own settings (--thread-pool, --dask-workers...)
 are declared by its runner class and kept in `mode_settings`, read with
-`config[SETTING]`; the registry (lab/modes.py) says which runners there are.
+`config[SETTING]`; the registry (lab/modes/registry.py) says which runners there are.
 `build_parser` lists them all in --help in Config's field order, the modes'
 own where `mode_settings` sits.
 """
@@ -11,7 +11,6 @@ own where `mode_settings` sits.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
@@ -19,20 +18,25 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from lab import ROOT
-from lab.accept import POLICIES
-from lab.modes import MODES, mode_settings
+from lab.machine import cpu_count
+from lab.modes.registry import MODES, mode_settings
 from lab.settings import Setting, Values, count, seconds
-from lab.upstream_client import CLIENTS
 
 T = TypeVar("T")
 
 
-def cpu_count() -> int:
-    """CPUs this process may run on (affinity-aware, unlike os.cpu_count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
+# Each --accept policy and what it does, in its help (lab/serve/accept.py says how each works).
+POLICIES = {
+    "fair": "one at a time, only while a child has room (even spread)",
+    "all": "Tornado's own, a child that wakes takes every waiting connection",
+    "reuseport": "a socket per child, the kernel hashes connections to them",
+    "dispatch": "the parent accepts and hands each connection to the least busy child",
+}
+# Each --upstream-client and what it does, in its help (lab/modes/upstream/client.py has both).
+CLIENTS = {
+    "pooled": "keep-alive connections reused across calls",
+    "simple": "Tornado's SimpleAsyncHTTPClient, a new connection per call, to compare with",
+}
 
 DEFAULT_MAX_PENDING = 100
 DEFAULT_JOB_TIMEOUT = 60.0
@@ -99,7 +103,7 @@ class Config:
     )
     # Every setting a mode's runner declares, by name (config[THREAD_POOL] reads one).
     mode_settings: Mapping[str, Any] = field(default_factory=dict)
-    # The base URL /async calls; None until lab/main.py starts the embedded upstream and fills it in.
+    # The base URL /async calls; None until lab/serve/main.py starts the embedded upstream and fills it in.
     upstream: str | None = declare(
         Setting[str | None](
             "--upstream",

@@ -1,4 +1,4 @@
-"""The lab's HTTP errors: one class, rendered as JSON by lab/json_handler.py's JsonHandler."""
+"""The lab's HTTP errors: one class, rendered as JSON by lab/web/json_handler.py's JsonHandler."""
 
 from __future__ import annotations
 

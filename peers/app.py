@@ -1,8 +1,9 @@
 """The lab's workloads as a plain WSGI app, for the servers people choose between: uWSGI and gunicorn.
 
-The same `workloads` package, the same params and limits, the same response
-envelope as the lab (handlers/envelope.py), so one client can race both and
-read both alike. A WSGI app cannot hand work anywhere: each request runs in
+The same `workloads` package, the same params and limits, resolved and
+answered with the same envelope as the lab (lab/runs.py, which loads no
+Tornado: neither does this app), so one client can race both and read both
+alike. A WSGI app cannot hand work anywhere: each request runs in
 the worker (process, thread or greenlet) the server gave it. How many run at
 once is the server's configuration (peers/*.ini, peers/gunicorn-*.py):
 
@@ -24,18 +25,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
-from handlers.catalog import described
-from handlers.envelope import envelope
 from lab import loopback
-from lab.errors import LabError
-from lab.modes import ASYNC_PARAMS
-from workloads.params import FloatParam, ParamError, parse_params
-from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS, run_timed, warm_up
+from lab.modes.upstream import ASYNC_PARAMS
+from lab.runs import Own, Refused, envelope, resolve
+from workloads.params import FloatParam
+from workloads.registry import DEFAULT_WORKLOAD, described, run_timed, warm_up
 from workloads.timing import waited
 
 MODE = "wsgi"
 # The upstream call takes the lab's delay param (fanout is the lab's /async business).
 UPSTREAM_PARAMS = (FloatParam("delay", 1.0, 0.0, 30.0, ASYNC_PARAMS[0].help),)
+UPSTREAM = Own("upstream", UPSTREAM_PARAMS, "upstream")
 UPSTREAM_TIMEOUT_S = 15.0
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
@@ -59,38 +59,30 @@ def _query(environ: dict[str, Any]) -> dict[str, list[str]]:
     try:
         return parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True, errors="strict")
     except UnicodeDecodeError:
-        raise LabError(400, "query string is not valid UTF-8") from None
+        raise Refused(400, "query string is not valid UTF-8") from None
 
 
 def _upstream(delay: float) -> dict[str, Any]:
     base = os.environ.get("LAB_UPSTREAM")
     if not base:
-        raise LabError(502, "no upstream: start this app with LAB_UPSTREAM=http://host:port")
+        raise Refused(502, "no upstream: start this app with LAB_UPSTREAM=http://host:port")
     try:
         with loopback.urlopen(f"{base}/delay?seconds={delay!r}", timeout=delay + UPSTREAM_TIMEOUT_S) as reply:
             answer: dict[str, Any] = json.loads(reply.read())
             return answer
     except (OSError, ValueError, urllib.error.HTTPError) as error:
-        raise LabError(502, f"upstream {base} failed: {error}") from None
+        raise Refused(502, f"upstream {base} failed: {error}") from None
 
 
 def run(received: float, name: str, query: dict[str, list[str]]) -> dict[str, Any]:
     """One request's work, right here in the worker it arrived at; the lab's envelope."""
-    if name == "upstream":
-        params = parse_params("upstream", UPSTREAM_PARAMS, query)
+    resolved = resolve(MODE, name, query, runs=UPSTREAM if name == UPSTREAM.workload else None)
+    if resolved.workload == UPSTREAM.workload:
         started = time.time()
-        answer = _upstream(params["delay"])
-        record = waited(answer, started)  # as the lab's /async: the call only waited
+        record = waited(_upstream(resolved.params["delay"]), started)  # as the lab's /async: the call only waited
     else:
-        workload = WORKLOADS.get(name)
-        if workload is None:
-            raise LabError(404, f"unknown workload {name[:60]!r}; workloads: {', '.join(WORKLOADS)}, upstream")
-        params = workload.parse(query)
-        record = run_timed(workload.name, params)
-    return envelope(mode=MODE, workload=name, params=params, result=record["result"], server_pid=os.getpid(),
-                    task_id=worker_id(), worker_pid=record["pid"], worker_thread=record["thread"], received=received,
-                    started=record["started"], finished=record["finished"], cpu=record["cpu"],
-                    core_wait=record["core_wait"], blocked=record["blocked"], gil_wait=record["gil_wait"])  # fmt: skip
+        record = run_timed(resolved.workload, resolved.params)
+    return envelope(resolved, record, received=received, pid=os.getpid(), task_id=worker_id())
 
 
 def _error(start_response: StartResponse, status: int, message: str) -> list[bytes]:
@@ -102,20 +94,18 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> Itera
     path = environ.get("PATH_INFO", "/").rstrip("/") or "/"
     try:
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
-            raise LabError(405, "only GET is served here")
+            raise Refused(405, "only GET is served here")
         if path == "/ping":
             return _json(start_response, 200, {"pong": True, "pid": os.getpid()})
         if path == "/workloads":
             return _json(start_response, 200, described())
         parts = path.strip("/").split("/")
         if parts[0] != MODE or len(parts) > 2:
-            raise LabError(404, f"no route for {path[:200]!r}; try /ping, /workloads, /{MODE}/{{workload}}")
+            raise Refused(404, f"no route for {path[:200]!r}; try /ping, /workloads, /{MODE}/{{workload}}")
         name = parts[1] if len(parts) == 2 else DEFAULT_WORKLOAD
         return _json(start_response, 200, run(received, name, _query(environ)))
-    except ParamError as error:
-        return _error(start_response, 400, error.message)
-    except LabError as error:
-        return _error(start_response, error.status_code, error.message)
+    except Refused as error:
+        return _error(start_response, error.status, error.message)
 
 
 # Like the lab's pool workers: imports and the predict model paid before anything is timed

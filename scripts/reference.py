@@ -5,7 +5,7 @@
 
 Three tables, each between a BEGIN and an END marker in docs/api.md:
 routes   every handler module's `routes` (handlers/routes.py) with its handler's
-         docstring, and one row per mode of the registry (lab/modes.py) for the
+         docstring, and one row per mode of the registry (lab/modes/registry.py) for the
          /{mode} route
 workloads the workload registry (workloads/registry.py): params, limits, GIL
 flags    server.py's parser (lab.config.build_parser), as `--help` prints it on
@@ -78,7 +78,7 @@ def _param_words(params: Sequence[Any]) -> str:
 
 def routes_table() -> str:
     from handlers.routes import MODULES  # noqa: PLC0415 -- the app's imports, only when the table is made
-    from lab.modes import MODES  # noqa: PLC0415
+    from lab.modes.registry import MODES  # noqa: PLC0415
 
     rows = []
     for module in MODULES:
@@ -98,7 +98,7 @@ def routes_table() -> str:
 
 
 def workloads_table() -> str:
-    from lab.modes import MODES  # noqa: PLC0415
+    from lab.modes.registry import MODES  # noqa: PLC0415
     from workloads.registry import WORKLOADS  # noqa: PLC0415
 
     lines = ["| workload | params (default; range) | GIL | needs | what it is |", "|---|---|---|---|---|"]

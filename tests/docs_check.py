@@ -18,7 +18,7 @@ from tornado.routing import PathMatches
 from handlers.routes import MODULES
 from lab import ROOT
 from lab.config import build_parser
-from lab.modes import MODES
+from lab.modes.registry import MODES
 from workloads.registry import WORKLOADS
 
 FENCE = re.compile(r"^ {0,3}(```|~~~)")

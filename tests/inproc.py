@@ -23,12 +23,12 @@ from tornado.netutil import bind_sockets
 
 from handlers.app import make_app
 from lab.config import Config
-from lab.httpserver import make_http_server
-from lab.modes import build_runners
-from lab.runners import ProcessRunner
-from lab.services import Services
-from lab.stats import Board, RequestStats
-from lab.upstream_server import make_upstream_app
+from lab.instruments.stats import Board, RequestStats
+from lab.modes.processing.runner import ProcessRunner
+from lab.modes.registry import build_runners
+from lab.modes.upstream.server import make_upstream_app
+from lab.serve.services import Services
+from lab.web.httpserver import make_http_server
 
 
 class InProcessLab:
@@ -59,7 +59,7 @@ class InProcessLab:
         [socket] = bind_sockets(0, "127.0.0.1")
         self.url = f"http://127.0.0.1:{socket.getsockname()[1]}"
         config = self.config
-        if config.upstream is None:  # as lab/main.py does with its embedded upstream
+        if config.upstream is None:  # as lab/serve/main.py does with its embedded upstream
             config = dataclasses.replace(config, upstream=f"http://127.0.0.1:{upstream_socket.getsockname()[1]}")
         runners = build_runners(config)
         for runner in runners.values():

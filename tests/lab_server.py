@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from bench.servers import SERVING, all_serving
+from bench.lib.servers import SERVING, all_serving
 from lab import ROOT, loopback
 from tests.procs import STALL_S, Watch, wait_for
 

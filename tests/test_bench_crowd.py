@@ -12,7 +12,7 @@ import pytest
 
 from bench import bare_server
 from bench.crowd import summary, tally
-from bench.limits import SPARE_FILES, ensure_open_files, files_needed
+from bench.lib.limits import SPARE_FILES, ensure_open_files, files_needed
 from lab import collector
 from tests.bench_helpers import Tracked
 from tests.procs import wait_for

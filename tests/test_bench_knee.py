@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.load_findings import knee_findings
+from bench.lib.load_findings import knee_findings
 from bench.seed import target
 from lab import loopback
 from tests.bench_helpers import Tracked, is_png

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.optional import need_module, need_program
+from bench.lib.optional import need_module, need_program
 from lab import ROOT
 
 # bench.page run as `python -m bench.page` would run it, with Playwright made unimportable first.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lab import ROOT
-from lab.modes import MODES
+from lab.modes.registry import MODES
 from tests.bench_helpers import Tracked, is_png
 from tests.conftest import StartServer
 

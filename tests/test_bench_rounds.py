@@ -1,8 +1,8 @@
-"""bench/rounds.py: rounds in turn, medians and ranges, and the instability warning (made-up numbers)."""
+"""bench/lib/rounds.py: rounds in turn, medians and ranges, and the instability warning (made-up numbers)."""
 
 from __future__ import annotations
 
-from bench.rounds import instability, schedule, summarise, table
+from bench.lib.rounds import instability, schedule, summarise, table
 
 
 def test_rounds_alternate_the_endpoints() -> None:

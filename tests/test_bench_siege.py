@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from bench.summary import ROW_KEYS, median
+from bench.lib.stats import median
+from bench.lib.tables import ROW_KEYS
 from lab import ROOT
-from lab.config import cpu_count
-from lab.modes import MODES as REGISTRY
+from lab.machine import cpu_count
+from lab.modes.registry import MODES as REGISTRY
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 
@@ -84,7 +85,7 @@ def test_help_and_bad_options() -> None:
     assert shown.returncode == 0
     assert "--url BASE" in shown.stdout and "sudo apt-get install siege" in shown.stdout
     # Every mode of the registry, not a list kept by hand.
-    assert "lab/modes.py: " + ", ".join(f"/{mode}" for mode in REGISTRY) in shown.stdout
+    assert "lab/modes/registry.py: " + ", ".join(f"/{mode}" for mode in REGISTRY) in shown.stdout
     for bad in (["--bogus"], ["-c", "ten"], ["--url", "localhost:8000"], ["-p", "novalue"]):
         done = subprocess.run([SIEGE_SH, *bad], capture_output=True, text=True, timeout=30, check=False)
         assert done.returncode == 2, bad
@@ -122,7 +123,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     for row in rows:
         assert_sane(row)
     by_name = {r["endpoint"]: r for r in rows}
-    # The ideal is bench/ideal.py over t: the median of solo runs before and after siege, in this run.
+    # The ideal is bench/lib/ideal.py over t: the median of solo runs before and after siege, in this run.
     blocking = by_name["blocking"]
     assert len(blocking["solo_before_s"]) == len(blocking["solo_after_s"]) == 3
     assert blocking["solo_s"] == pytest.approx(median(blocking["solo_before_s"] + blocking["solo_after_s"]), abs=1e-3)

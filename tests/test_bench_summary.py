@@ -1,4 +1,4 @@
-"""Bench arithmetic with known numbers: the ideal (bench/ideal.py), siege parsing, summary rows, tables."""
+"""Bench arithmetic with known numbers: the ideal (bench/lib/ideal.py), siege parsing, summary rows, tables."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
-from bench.engine import mode_url
-from bench.ideal import ideal_makespan, lanes
-from bench.siege_steps import StepError, parse_siege, summary_row
-from bench.summary import ROW_KEYS, markdown_table, median, new_results_dir, percentile, ratio, text_table
+from bench.lib.engine import mode_url
+from bench.lib.ideal import ideal_makespan, lanes
+from bench.lib.results import new_results_dir
+from bench.lib.siege import StepError, parse_siege
+from bench.lib.stats import median, percentile, ratio
+from bench.lib.tables import ROW_KEYS, markdown_table, text_table
+from bench.siege_steps import summary_row
 
 
 def facts(cores: int = 2, processes: int = 1, thread_pool: int = 6, process_pool: int = 2) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.sweep import _counts, best_point, runners_up
-from lab.config import cpu_count
+from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
 
 

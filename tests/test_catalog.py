@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from lab.modes import MODES
+from lab.modes.registry import MODES
 from tests.inproc import InProcessLab
 from tests.lab_server import LabServer, get
 from tests.procs import wait_for

@@ -1,4 +1,4 @@
-"""bench/findings.py: the sentences bench/compare.py writes from the measured rows, so they must follow the numbers."""
+"""bench/lib/findings.py: the sentences bench/compare.py writes from the measured rows: they must follow the numbers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bench import findings
 from bench.compare import median_rounds, rounds_lines
+from bench.lib import findings
 
 
 def row(server: str, config: str, elapsed: float, *, workload: str = "count", spread: tuple[int, ...] = (10,),

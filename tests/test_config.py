@@ -8,8 +8,10 @@ import sys
 import pytest
 
 from lab import ROOT
-from lab.config import Config, cpu_count, parse_args
-from lab.runners import PROCESS_POOL, THREAD_POOL
+from lab.config import Config, parse_args
+from lab.machine import cpu_count
+from lab.modes.processing.runner import PROCESS_POOL
+from lab.modes.threading.runner import THREAD_POOL
 
 
 def test_defaults() -> None:
@@ -47,7 +49,7 @@ def test_flags() -> None:
         (["--debug", "--processes", "2"], "--debug needs --processes 1"),
         (["--accept", "round-robin"], "invalid choice: 'round-robin'"),
         (["--upstream", "https://x"], "add --upstream-client simple"),
-        # A mode's own flag, checked by the runner that declares it (lab/dask_runner.py).
+        # A mode's own flag, checked by the runner that declares it (lab/modes/distributed/runner.py).
         (["--dask-scheduler", "tcp://127.0.0.1:1", "--dask-workers", "2"], "--dask-workers sizes the embedded cluster"),
         (["--dask-scheduler", "http://x:1"], "is not a Dask scheduler address"),
     ],
@@ -85,11 +87,11 @@ def test_raise_fd_limit(
 ) -> None:
     import resource
 
-    import lab.main
+    import lab.serve.main
 
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(resource, "RLIM_INFINITY", -1)
     monkeypatch.setattr(resource, "getrlimit", lambda _: limits)
     monkeypatch.setattr(resource, "setrlimit", lambda _, value: calls.append(value))
-    lab.main.raise_fd_limit()
+    lab.serve.main.raise_fd_limit()
     assert calls == ([expected] if expected else [])

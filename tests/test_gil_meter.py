@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lab.gil import GilMeter
-from lab.modes import MODES
+from lab.instruments.gil import GilMeter
+from lab.modes.registry import MODES
 from tests.lab_server import LabServer, copies, get
 from workloads.clocks import gil_enabled
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from lab import interp_worker
-from lab.modes import MODES
+from lab.modes.interpreters import worker as interp_worker
+from lab.modes.registry import MODES
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, pool_stats

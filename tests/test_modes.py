@@ -1,32 +1,29 @@
-"""The mode registry is the one home of a mode: a new one needs an entry and its runner, nothing else.
+"""A mode is one folder, one registry entry and one test: nothing else in the house changes for it.
 
-The toy mode below is that whole change: a Mode entry, a runner class that
-declares its own pool-size flag, and this test, which finds the mode in
---help, /modes, /stats facts, the route, the race's choices and the ideal
-without any other file edited.
+The toy mode below is that whole change: its folder's part (a Mode entry and
+a runner class that declares its own pool-size flag, here in this file), its
+entry in MODES, and this test, which finds the mode in --help, /modes, /stats
+facts, the route, the race's choices and the ideal without any other file
+edited. (tests/test_layers.py checks the folder rules.)
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import itertools
 import os
-import re
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import race as race_cli
 from bench import siege_steps
-from bench.ideal import ideal_makespan, ideal_words, lanes
-from lab import ROOT
+from bench.lib.ideal import ideal_makespan, ideal_words, lanes
 from lab.config import Config, build_parser, parse_args
-from lab.modes import MODES, Capacity, Facts, Mode, build_runners
-from lab.pool import PoolRunner
+from lab.modes.contract import Capacity, Facts, Mode
+from lab.modes.pool import PoolRunner
+from lab.modes.registry import MODES, build_runners
 from lab.settings import Setting, count
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get
@@ -144,109 +141,6 @@ def test_modes_route_lists_the_registry(app: InProcessLab) -> None:
     assert by_name["async"]["runs_workloads"] is False and by_name["async"]["workload"] == "upstream"
     assert {p["name"] for p in by_name["async"]["params"]} == {"delay", "fanout"}
     assert by_name["processing"]["runs_on"] == "processes"
-
-
-# ---------- the house's layers: handlers -> lab -> workloads, and bench beside them ----------
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    """ids of the docstring constants in `tree` (prose: they may name anything)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
-def _started(tree: ast.AST) -> set[str]:
-    """Modules the code starts with `python -m`: a "-m" followed by a name in an argv list, tuple or call,
-    or "-m NAME" inside a string that is not a docstring."""
-    found: set[str] = set()
-    prose = _docstrings(tree)
-    for node in ast.walk(tree):
-        items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
-        for flag, name in itertools.pairwise(items):
-            if isinstance(flag, ast.Constant) and flag.value == "-m" and isinstance(name, ast.Constant):
-                found.add(str(name.value))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
-            found |= set(re.findall(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)", node.value))
-    return found
-
-
-def _named(tree: ast.AST) -> dict[str, set[str]]:
-    """What a module names: the modules it imports (TYPE_CHECKING ones included) and those it starts with -m."""
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            imported.add(node.module)
-    return {"imports": imported, "starts": _started(tree)}
-
-
-def _modules(package: str) -> dict[str, dict[str, set[str]]]:
-    """Every module of `package` and what it names."""
-    return {
-        str(Path(package) / path.name): _named(ast.parse(path.read_text(), filename=str(path)))
-        for path in sorted((ROOT / package).glob("*.py"))
-    }
-
-
-def _wrong(named: dict[str, set[str]], forbidden: tuple[str, ...], may_start: frozenset[str]) -> set[str]:
-    imports = {name for name in named["imports"] if name.split(".")[0] in forbidden}
-    starts = {name for name in named["starts"] - may_start if name.split(".")[0] in forbidden}
-    return imports | {f"-m {name}" for name in starts}
-
-
-@pytest.mark.parametrize(
-    ("package", "forbidden", "may_start"),
-    [
-        # The machinery serves requests' code, never the other way round: it neither imports
-        # handlers or the bench nor starts them as programs (the upstream it starts lives in lab/).
-        ("lab", ("handlers", "bench"), frozenset()),
-        ("workloads", ("handlers", "lab", "bench", "tornado"), frozenset()),  # pure functions
-        # The page's race runs the bench's load generator as a separate program, and imports nothing of it.
-        ("handlers", ("bench",), frozenset({"bench.race"})),
-    ],
-)
-def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...], may_start: frozenset[str]) -> None:
-    for module, named in _modules(package).items():
-        wrong = _wrong(named, forbidden, may_start)
-        assert not wrong, f"{module} names {sorted(wrong)}"
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        "import handlers.base",
-        "from bench.engine import race",
-        'subprocess.Popen([sys.executable, "-m", "handlers.upstream", "--fd", "3"])',
-        'asyncio.create_subprocess_exec(sys.executable, "-m", "bench.race")',
-        'ARGV = (python, "-m", "bench.compare")',
-        'os.system("python -m handlers.upstream --port 9000")',
-    ],
-)
-def test_the_layer_check_sees_imports_and_programs_started_by_name(source: str) -> None:
-    assert _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
-
-
-def test_the_layer_check_reads_docstrings_as_prose() -> None:
-    source = '"""Started as `python -m handlers.upstream`."""\ndef f():\n    """Or `python -m bench.race`."""\n'
-    assert not _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
-
-
-def test_only_the_race_command_line_imports_itself() -> None:
-    # The other bench tools (and anything else) use the engine, not the CLI module.
-    for package in ("bench", "lab", "handlers"):
-        for module, named in _modules(package).items():
-            assert "bench.race" not in named["imports"], module
-
-
-def test_server_py_is_a_thin_shim() -> None:
-    source = (ROOT / "server.py").read_text()
-    assert source.count("noqa") <= 2 and len(source.splitlines()) < 30
 
 
 def _worker(host: str, threads: int = 1) -> dict[str, object]:

@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 # (chromium_path fails, never skips, when there is no chromium: CI installs it.)
 from bench.page import CHROMIUM_ARGS, Meters, chromium_path, family, settle
 from lab import ROOT
-from lab.modes import MODES
+from lab.modes.registry import MODES
 from tests.bench_helpers import is_png
 from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bench.compare import ROW_KEYS
-from bench.peers import Running, uwsgi, uwsgi_stats
-from lab.config import cpu_count
+from bench.lib.peers import Running, uwsgi, uwsgi_stats
+from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
 
 pytestmark = pytest.mark.timeout(400)

@@ -1,4 +1,4 @@
-"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/accept.py), its collector."""
+"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/serve/accept.py), its GC."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab import collector
-from lab.accept import Occupancy
+from lab.web.occupancy import Occupancy
 
 
 def test_occupancy_load_follows_every_change() -> None:
@@ -20,7 +20,7 @@ def test_occupancy_load_follows_every_change() -> None:
         changes.append(occupancy.load)
         fullness.append(occupancy.full)
 
-    occupancy.on_change = on_change
+    occupancy.watch(on_change)
     occupancy.hold("connection", 1.0)
     occupancy.move("connection", "request", 0.5)  # one change: never a moment with room in between
     occupancy.hold("request", 0.25)  # held again: replaces its share, not added to it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.config import cpu_count
+from lab.machine import cpu_count
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
 

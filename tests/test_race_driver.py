@@ -11,6 +11,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from handlers.race import RaceInputError, RaceRequest
+from lab.runs import Run
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, get
 from tests.procs import running, wait_for
@@ -221,13 +222,13 @@ def test_server_shutdown_leaves_no_load_generator(start_server: StartServer) -> 
 def test_request_parsing_and_command_line() -> None:
     request = RaceRequest.parse(json.dumps({"mode": "threading", "workload": "sleep", "params": {"seconds": 0.5},
                                             "concurrency": "7"}))  # fmt: skip
-    assert request == RaceRequest("threading", "sleep", {"seconds": 0.5}, 7)
+    assert request == RaceRequest(Run("threading", "sleep", {"seconds": 0.5}), 7)
     assert request.command("http://127.0.0.1:9")[1:] == [
         "-m", "bench.race", "--url", "http://127.0.0.1:9", "--mode", "threading", "--workload", "sleep",
         "--warmup", "1", "-p", "seconds=0.5", "-c", "7", "--jsonl",
     ]  # fmt: skip
     defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
-    assert defaults == RaceRequest("processing", "count", {"n": 30_000_000}, 10)
+    assert defaults == RaceRequest(Run("processing", "count", {"n": 30_000_000}), 10)
     asynchronous = RaceRequest.parse(json.dumps({"mode": "async", "workload": "ignored"}))
     assert "--workload" not in asynchronous.command("http://127.0.0.1:9")
     with pytest.raises(RaceInputError):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lab.config import Config
-from lab.modes import ASYNC_PARAMS
+from lab.modes.upstream import ASYNC_PARAMS
 from tests.inproc import InProcessLab, serve_in_process
 from tests.rawhttp import RawReply, exchange, get_raw
 from workloads.params import ParamError, parse_params

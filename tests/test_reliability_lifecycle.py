@@ -142,20 +142,21 @@ def test_a_sigkilled_server_leaves_no_orphans(start_server: StartServer, args) -
 
 # server.py, except that the stop arrives the moment stop signals are deferred:
 # before binding, the upstream and any fork. A single server can only learn of it
-# from serve()'s replay; a forked one's parent stops its children as they start
-# (fork_children), and each child, stopped the same way, replays its own.
+# from what serve() finds noted; a forked one's parent forks no child at all
+# (lab/serve/supervisor.py), and a child, stopped the same way, finds its own.
 STOP_AT_ONCE = """
 import os, signal, sys
 from lab.native import cap_native_threads
 cap_native_threads()
-import lab.main
+import lab.serve.main
+from lab.serve.signals import StopSignals
 from handlers.app import make_app
-defer = lab.main.defer_stop_signals
-def defer_then_stop():
-    defer()
+defer = StopSignals.defer
+def defer_then_stop(self):
+    defer(self)
     os.kill(os.getpid(), signal.SIGTERM)
-lab.main.defer_stop_signals = defer_then_stop
-lab.main.main(make_app, sys.argv[1:])
+StopSignals.defer = defer_then_stop
+lab.serve.main.main(make_app, sys.argv[1:])
 """
 
 

@@ -9,9 +9,9 @@ import struct
 import pytest
 
 from lab.config import Config
-from lab.lifecycle import RequestLife
-from lab.services import Services
-from lab.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
+from lab.instruments.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
+from lab.serve.services import Services
+from lab.web.lifecycle import RequestLife
 
 
 def test_slots_hold_their_last_document() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lab.cores import CoreMeter
+from lab.instruments.cores import CoreMeter
 from tests.lab_server import LabServer, copies, get_many
 from workloads import clocks
 

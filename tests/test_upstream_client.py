@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from lab.errors import LabError
-from lab.upstream_client import KeepAlivePool, Upstream
+from lab.modes.upstream.client import KeepAlivePool, Upstream
 
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

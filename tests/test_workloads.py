@@ -73,7 +73,7 @@ def test_train_is_deterministic() -> None:
 def test_the_server_process_trains_its_predict_model_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
     # The server process runs /blocking and /threading itself: its first timed
     # predict must not include training, as no pool worker's does.
-    from lab.runners import BlockingRunner
+    from lab.modes.blocking.runner import BlockingRunner
 
     monkeypatch.setattr(ml, "_model", None)
     asyncio.run(BlockingRunner("blocking").start())
@@ -83,6 +83,6 @@ def test_the_server_process_trains_its_predict_model_at_start_up(monkeypatch: py
 def test_the_param_parser_does_not_load_numpy() -> None:
     # The embedded upstream parses ?seconds= with it; numpy and scikit-learn
     # would add most of a second to every server start.
-    code = "import sys, lab.upstream_server; print(sorted({'numpy', 'sklearn'} & set(sys.modules)))"
+    code = "import sys, lab.modes.upstream.server; print(sorted({'numpy', 'sklearn'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

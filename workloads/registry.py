@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads import cpu, io, ml, numeric
-from workloads.clocks import THREAD, Clocks
+from workloads.clocks import THREAD, Clocks, gil_enabled
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
 from workloads.timing import RunRecord, time_call
 
@@ -27,7 +27,7 @@ class Workload:
     # It spends its time waiting, not computing: it needs a free thread or
     # worker, not a core, so the ideal does not cap it by the core count.
     waits: bool = False
-    # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes.py).
+    # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes/registry.py).
     needs: tuple[str, ...] = ()
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
@@ -103,6 +103,14 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 DEFAULT_WORKLOAD = "count"
+
+
+def described() -> list[dict[str, Any]]:
+    """Every workload as /workloads lists it (the peers' WSGI app lists them alike)."""
+    # Whether threads share a GIL at all: on a free-threaded interpreter
+    # (gil_enabled false) every workload runs in parallel in threads.
+    enabled = gil_enabled()
+    return [{**w.describe(), "gil_enabled": enabled} for w in WORKLOADS.values()]
 
 
 def run_timed(name: str, params: dict[str, Any], clocks: Clocks = THREAD) -> RunRecord:

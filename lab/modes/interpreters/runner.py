@@ -1,0 +1,83 @@
+"""The interpreters mode's runner: a pool of sub-interpreters in the server process (PEP 684, PEP 734).
+
+Each sub-interpreter has its own GIL, so pure-Python work runs on every
+core in ONE process: the parallelism of a process pool without a second
+process, and without pickling through a pipe. What cannot run there is any
+extension module that does not support it yet: numpy (and so scikit-learn)
+refuses to load in a sub-interpreter, so its entry (__init__.py) refuses the
+workloads that need it before they reach the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import site
+import threading
+from typing import Any
+
+from lab import ROOT
+from lab.machine import cpu_count
+from lab.modes.interpreters.worker import executor_class, interpreter_id, run, unavailable
+from lab.modes.pool import PoolRunner, pool_size
+from workloads.registry import WORKLOADS
+from workloads.timing import RunRecord
+
+log = logging.getLogger(__name__)
+
+INTERPRETER_POOL = pool_size(
+    "--interpreter-pool", "sub-interpreters behind /interpreters, per server process; Python 3.12+", cpu_count, "cores"
+)
+THREAD_PREFIX = "lab-interp"
+
+
+class InterpreterRunner(PoolRunner):
+    """`run_in_executor` on one InterpreterPoolExecutor: a thread per interpreter, an interpreter per job."""
+
+    kind = "interpreters"
+    timeout_outcome = "Python cannot stop an interpreter's thread, so it runs on and holds its slot until it ends"
+    size_setting = INTERPRETER_POOL
+
+    @staticmethod
+    def unavailable() -> str | None:
+        return unavailable()
+
+    async def start(self) -> None:
+        if unavailable() is not None:
+            return  # nothing to start: requests get the reason (run)
+        # A sub-interpreter starts with the interpreter's default sys.path,
+        # without the lab's own directory: the initializer adds it, so that
+        # the workloads it is handed (pickled by reference) can be imported.
+        self._executor = executor_class()(
+            self.size, thread_name_prefix=THREAD_PREFIX, initializer=site.addsitedir, initargs=(str(ROOT),)
+        )
+        # One job per interpreter, at once: every one is created and imports
+        # what the workloads need now, before anything is timed.
+        loop = asyncio.get_running_loop()
+        ids = await asyncio.gather(*(loop.run_in_executor(self._executor, interpreter_id) for _ in range(self.size)))
+        log.info("interpreter pool ready: %d sub-interpreters, ids %s", self.size, sorted(set(ids)))
+
+    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        record = await super().run(workload, params)
+        names = {thread.native_id: thread.name for thread in threading.enumerate()}
+        record["thread"] = names.get(int(record["thread"]), f"native thread {record['thread']}")
+        return record
+
+    def ready_note(self) -> str | None:
+        """The pool's size for the start-up log line, where this Python runs one at all."""
+        return None if unavailable() is not None else super().ready_note()
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        entry = WORKLOADS[workload]
+        future = asyncio.get_running_loop().run_in_executor(self.executor, run, entry.func, params, entry.waits)
+        # The gate hands the pool no more jobs than it has interpreters, so a
+        # free one takes this job now; which one, the record says afterwards.
+        self._started(job_id, None)
+        return future
+
+    async def close(self, wait: bool = True) -> None:
+        # A running interpreter cannot be stopped, like a thread; waiting lets
+        # every interpreter finish its job and be finalised before the main one.
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=wait, cancel_futures=True)

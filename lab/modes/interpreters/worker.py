@@ -1,0 +1,96 @@
+"""What runs inside a sub-interpreter of the interpreters mode, and where PEP 734's API comes from.
+
+A sub-interpreter imports this module (and the workload it runs) afresh:
+it must not pull in numpy, which refuses to load there, nor Tornado, which
+it does not need. Python 3.14 has the API in the standard library
+(`concurrent.interpreters`, `concurrent.futures.InterpreterPoolExecutor`);
+on 3.12 and 3.13 the `interpreters-pep-734` backport on PyPI provides the
+same under `interpreters_backport`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any, cast
+
+from workloads.clocks import OWN_GIL_THREAD, THREAD
+from workloads.timing import RunRecord, time_call
+
+BACKPORT = "interpreters-pep-734"
+
+
+def executor_class() -> type[ThreadPoolExecutor]:
+    """InterpreterPoolExecutor (a ThreadPoolExecutor), the standard library's (3.14+) or the backport's.
+
+    ImportError if neither is there.
+    """
+    found = getattr(futures, "InterpreterPoolExecutor", None)
+    if found is None:
+        found = importlib.import_module("interpreters_backport.concurrent.futures").InterpreterPoolExecutor
+    return cast(type[ThreadPoolExecutor], found)
+
+
+@cache
+def unavailable() -> str | None:
+    """Why this Python cannot run a pool of sub-interpreters, in one sentence, or None."""
+    # (Through a name: mypy checks for 3.11 and would call the rest unreachable.)
+    version = sys.version_info
+    if version < (3, 12):
+        return (
+            f"sub-interpreters with a GIL of their own need Python 3.12 or later; this server runs "
+            f"{platform.python_version()} (docs/modes.md#interpreters says how to run it on another Python)"
+        )
+    try:
+        executor_class()
+    except ImportError:
+        return (
+            f"Python {platform.python_version()} needs the {BACKPORT} backport for pools of sub-interpreters: "
+            f"pip install {BACKPORT} (make install puts it in the venv)"
+        )
+    return None
+
+
+def interpreter_id() -> int:
+    """The id of the interpreter this code runs in (0: the main one)."""
+    try:
+        interpreters = importlib.import_module("concurrent.interpreters")
+    except ImportError:
+        interpreters = importlib.import_module("interpreters_backport.interpreters")
+    return int(interpreters.get_current().id)
+
+
+@cache
+def gil_is_own() -> bool:
+    """Whether this sub-interpreter runs under a GIL of its own (PEP 684), as its config says.
+
+    The pool's interpreters are made with the default config, which gives
+    each its own GIL, and each runs one job at a time on one thread: nothing
+    else takes that GIL, so a run's blocked time there is something else.
+    False in the main interpreter, or where the config cannot be read.
+    """
+    try:
+        low_level = importlib.import_module("_interpreters")  # the backport installs one on 3.12
+        current = low_level.get_current()[0]
+        return bool(current != low_level.get_main()[0] and low_level.get_config(current).gil == "own")
+    except (ImportError, AttributeError):
+        return False
+
+
+def run(func: Callable[..., Any], params: dict[str, Any], waits: bool) -> RunRecord:
+    """Run one workload here, in a sub-interpreter, timed on this thread.
+
+    `func` arrives pickled by reference and is imported here. The thread is
+    the pool's OS thread, but this interpreter only knows it by its native id;
+    the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
+    """
+    record = time_call(func, params, waits=waits, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
+    record["thread"] = str(threading.get_native_id())
+    record["interpreter"] = interpreter_id()
+    return record

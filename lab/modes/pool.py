@@ -1,0 +1,277 @@
+"""The pools' common part: an admission gate in front of an executor, deadlines, cancellation, counters.
+
+Every pool mode sits behind the same gate (`Slots`): at most `size` jobs are
+handed to an executor at once, the rest wait here, in order, where they can
+be counted (/stats), bounded (--max-pending) and cancelled when their client
+goes away. An executor's own queue is invisible and cannot forget work
+nobody wants any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from lab.errors import LabError
+from lab.settings import Setting, count
+from workloads.timing import RunRecord
+
+if TYPE_CHECKING:
+    from lab.modes.contract import ServerConfig
+
+RETRY_AFTER_S = 1
+
+
+def pool_size(flag: str, behind: str, default: Callable[[], int], shown: str) -> Setting[int]:
+    """The flag that sizes a mode's pool, per server process: at least 1, `default` when not given.
+
+    `behind` says what the pool is (its help's start), `shown` how its default is reckoned.
+    """
+    return Setting(
+        flag,
+        count(1),
+        default_factory=default,
+        metavar="N",
+        help=f"{behind} (default: {shown} = %(default)s)",
+    )
+
+
+class Slots:
+    """A FIFO gate in front of an executor: `size` jobs run, the others wait in order."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.idle = asyncio.Event()  # no job holds or waits for a slot
+        self.idle.set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        self.idle.clear()
+        if self.busy < self.size and not self._waiters:
+            self.busy += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # release() hands its slot straight to us
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as we were cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+                self._update_idle()
+            raise
+
+    def release(self) -> None:
+        if self.busy <= self.size:  # (more may run than `size` allows just after a resize down)
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.busy -= 1
+        self._update_idle()
+
+    def resize(self, size: int) -> None:
+        """A new size (a cluster that gained or lost workers): waiters take any room it makes."""
+        self.size = size
+        while self.busy < self.size and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.busy += 1
+                waiter.set_result(None)
+
+    def _update_idle(self) -> None:
+        if not self.busy and not self._waiters:
+            self.idle.set()
+
+
+@dataclass
+class _Job:
+    """A job handed to an executor; `started` resolves when a worker really begins it."""
+
+    started: asyncio.Future[float]
+    worker: int | str | None = None
+
+
+class PoolRunner:
+    """What every pool mode shares: admission, deadlines, cancellation, counters.
+
+    A subclass names its pool (`kind`), says what a job over its deadline
+    costs (`timeout_outcome`), declares the setting that sizes it
+    (`size_setting`, its `settings` unless it declares more), starts its executor in `start` and
+    hands one job to it in `_submit`; /stats facts, the start-up log line and
+    `from_config` follow from those.
+    """
+
+    kind: str
+    timeout_outcome: str
+    inline = False
+    settings: ClassVar[tuple[Setting[Any], ...]] = ()
+    # The flag that sizes the pool (None: sized otherwise, as a cluster is).
+    size_setting: ClassVar[Setting[int] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "settings" not in cls.__dict__ and cls.size_setting is not None:
+            cls.settings = (cls.size_setting,)  # the flag that sizes it is the one it declares
+
+    def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
+        self.mode = mode
+        self.size = size
+        self.max_pending = max_pending
+        self.job_timeout = job_timeout
+        self.slots = Slots(size)
+        self.idle = self.slots.idle
+        self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
+        self._executor: Executor | None = None
+        self._job_ids = itertools.count()
+        self._running: dict[int, _Job] = {}
+
+    @classmethod
+    def from_config(cls, mode: str, config: ServerConfig) -> Self:
+        if cls.size_setting is None:
+            raise TypeError(f"{cls.__name__} has no size_setting: it must build itself from the config")
+        return cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            raise LabError(503, f"the {self.mode} pool is shut down", retry_after=RETRY_AFTER_S)
+        return self._executor
+
+    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        self._admit()
+        try:
+            await self.slots.acquire()
+        except asyncio.CancelledError:
+            self.counts["cancelled_waiting"] += 1  # its client left before it started
+            raise
+        job_id, record, job = self._hand_over(workload, params)
+        try:
+            # The deadline counts from the moment a worker starts the job: a
+            # worker still starting up (a replaced pool) is not the job's fault.
+            either: list[asyncio.Future[Any]] = [job, record.started]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
+        except TimeoutError:
+            self.counts["timed_out"] += 1
+            self.on_timeout(job_id)
+            raise LabError(
+                504, f"{workload} ran longer than --job-timeout {self.job_timeout:g} s; {self.timeout_outcome}"
+            ) from None
+        except BrokenProcessPool:
+            self.counts["broken"] += 1
+            self.on_broken()
+            raise LabError(
+                503,
+                "the process pool broke while running this job (a worker died or was killed); "
+                "it is being replaced, retry",
+                retry_after=RETRY_AFTER_S,
+            ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not job.cancelled() or (task is not None and task.cancelling()):
+                # Our client left (lab/web/lifecycle.py). A job no worker has
+                # started yet need not run at all.
+                if not record.started.done() and self.on_abandoned(job_id):
+                    self.counts["cancelled_waiting"] += 1
+                raise
+            # The executor dropped the job: its pool was replaced before a worker took it.
+            raise LabError(
+                503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
+            ) from None
+
+    def _admit(self) -> None:
+        """A 503 if every slot is busy and --max-pending jobs wait already."""
+        if self.slots.busy >= self.size and self.slots.waiting >= self.max_pending:
+            self.counts["rejected"] += 1
+            raise LabError(
+                503,
+                f"{self.mode} pool is full: {self.slots.busy} jobs running and "
+                f"{self.slots.waiting} waiting (--max-pending {self.max_pending}); retry later",
+                retry_after=RETRY_AFTER_S,
+            )
+
+    def _hand_over(self, workload: str, params: dict[str, Any]) -> tuple[int, _Job, asyncio.Future[RunRecord]]:
+        """Submit a job that holds a slot: its id, its record, and the future of its result."""
+        job_id = next(self._job_ids)
+        record = self._running[job_id] = _Job(asyncio.get_running_loop().create_future())
+        try:
+            job = self._submit(job_id, workload, params)
+        except BaseException:
+            del self._running[job_id]
+            self.slots.release()
+            raise
+        self.counts["submitted"] += 1
+
+        def ended(_: object) -> None:
+            # The slot frees when the job has really ended, not when its
+            # client stopped waiting: a timed-out thread still holds a core.
+            if not job.cancelled():
+                job.exception()  # mark it retrieved; a waiting client still gets it
+            del self._running[job_id]
+            self.slots.release()
+
+        job.add_done_callback(ended)
+        return job_id, record, job
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        raise NotImplementedError
+
+    def _started(self, job_id: int, worker: int | str | None) -> None:
+        """A worker (pid or thread; None: not known yet) has begun job `job_id`: its deadline starts now."""
+        job = self._running.get(job_id)
+        if job is not None and not job.started.done():
+            job.worker = worker
+            job.started.set_result(time.time())
+
+    def on_timeout(self, job_id: int) -> None:
+        pass
+
+    def on_abandoned(self, job_id: int) -> bool:
+        """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
+
+        The gate hands an executor no more jobs than it has workers, so a
+        pool job is never left queued inside it; a cluster's scheduler may
+        still hold one (another client's tasks run first). True if withdrawn.
+        """
+        return False
+
+    def on_broken(self) -> None:
+        pass
+
+    def facts(self) -> dict[str, Any]:
+        """The pool's size under its setting's name ("thread_pool": 6), as the ideal reads it."""
+        return {} if self.size_setting is None else {self.size_setting.name: self.size}
+
+    def ready_note(self) -> str | None:
+        """The pool's size for the start-up log line: "thread pool 6"."""
+        return None if self.size_setting is None else f"{self.size_setting.name.replace('_', ' ')} {self.size}"
+
+    def snapshot(self) -> dict[str, Any]:
+        now = time.time()
+        jobs = self._running.values()
+        since = [job.started.result() for job in jobs if job.started.done()]
+        return {
+            "kind": self.kind,
+            "size": self.size,
+            "running": self.slots.busy,
+            "waiting": self.slots.waiting,
+            "max_pending": self.max_pending,
+            "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),
+            "longest_running_s": round(now - min(since), 3) if since else None,
+            **self.counts,
+        }

@@ -1,0 +1,138 @@
+"""The processing mode's runner: `run_in_executor` on ONE shared ProcessPoolExecutor behind lab/modes/pool.py's gate.
+
+What its workers run is worker.py; the executor's private parts it reads are
+behind lab/modes/processing/executor.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from typing import Any
+
+from lab.machine import cpu_count
+from lab.modes.pool import PoolRunner, pool_size
+from lab.modes.processing.executor import broken, workers
+from lab.modes.processing.worker import init_pool_worker, run_in_worker
+from workloads.registry import warm_up
+from workloads.timing import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+PROCESS_POOL = pool_size(
+    "--process-pool", "worker processes behind /processing, per server process", cpu_count, "cores"
+)
+
+
+class ProcessRunner(PoolRunner):
+    """`run_in_executor` on ONE shared ProcessPoolExecutor, replaced only when it breaks."""
+
+    kind = "processes"
+    timeout_outcome = "its worker process was killed and the pool replaced"
+    size_setting = PROCESS_POOL
+
+    def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
+        super().__init__(mode, size, max_pending, job_timeout)
+        self.counts["pool_restarts"] = 0
+        self._pipe: tuple[Connection, Connection] | None = None
+        self._warming: asyncio.Task[None] | None = None
+
+    def _new_executor(self) -> ProcessPoolExecutor:
+        # spawn, not fork: forking a process that runs an IOLoop and threads
+        # copies their locks mid-use (the hazard Tornado's docs warn about).
+        context = multiprocessing.get_context("spawn")
+        self._close_pipe()
+        reader, writer = context.Pipe(duplex=False)
+        self._pipe = (reader, writer)
+        asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader)
+        return ProcessPoolExecutor(self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer,))
+
+    def _drain_started(self, reader: Connection) -> None:
+        while reader.poll():
+            job_id, pid = reader.recv()
+            self._started(job_id, pid)
+
+    def _close_pipe(self) -> None:
+        if self._pipe is not None:
+            reader, writer = self._pipe
+            asyncio.get_running_loop().remove_reader(reader.fileno())
+            reader.close()
+            writer.close()
+            self._pipe = None
+
+    async def start(self) -> None:
+        self._executor = self._new_executor()
+        await self._warm(self._executor)
+
+    async def _warm(self, executor: Executor) -> None:
+        # One warm-up job per worker makes every worker start now and pay its
+        # imports and the predict model before anything is timed.
+        loop = asyncio.get_running_loop()
+        pids = await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(self.size)))
+        log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+        try:
+            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+        except BrokenProcessPool:
+            # A worker died while idle (OOM killer, kill -9) and the executor
+            # only says so now: replace it and give this job to the new pool.
+            self.on_broken()
+            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+
+    def on_timeout(self, job_id: int) -> None:
+        # Like uWSGI's harakiri: the stuck worker must go, or every later job
+        # queues behind it. ProcessPoolExecutor cannot lose one worker without
+        # breaking as a whole (it then terminates the others itself), so the
+        # pool is replaced; jobs running beside the stuck one get 503.
+        executor = self._executor
+        if not isinstance(executor, ProcessPoolExecutor):
+            return
+        job = self._running.get(job_id)
+        worker = job.worker if job else None
+        stuck = [p for p in workers(executor) if worker is None or p.pid == worker]
+        for process in stuck:
+            process.kill()
+        self._replace(executor, f"job ran over --job-timeout; killed worker {[p.pid for p in stuck]}")
+
+    def on_broken(self) -> None:
+        executor = self._executor
+        if isinstance(executor, ProcessPoolExecutor) and broken(executor):
+            self._replace(executor, "a worker died")
+
+    def _replace(self, old: ProcessPoolExecutor, why: str) -> None:
+        if self._executor is not old:
+            return  # another request replaced it already
+        old.shutdown(wait=False, cancel_futures=True)
+        self._executor = new = self._new_executor()
+        self.counts["pool_restarts"] += 1
+        log.warning("process pool replaced: %s", why)
+        # Kept, so the task is not garbage-collected mid-way and its failure is logged.
+        self._warming = asyncio.get_running_loop().create_task(self._warm(new))
+        self._warming.add_done_callback(_log_failure)
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        if isinstance(self._executor, ProcessPoolExecutor):
+            snap["worker_pids"] = sorted(p.pid for p in workers(self._executor) if p.pid is not None)
+        return snap
+
+    async def close(self, wait: bool = True) -> None:
+        executor, self._executor = self._executor, None
+        if isinstance(executor, ProcessPoolExecutor):
+            if not wait:
+                for process in workers(executor):
+                    process.kill()
+            executor.shutdown(wait=True, cancel_futures=True)
+        self._close_pipe()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("warming the replacement process pool failed", exc_info=task.exception())

@@ -1,0 +1,51 @@
+"""The threading mode's runner: `run_in_executor` on one shared ThreadPoolExecutor behind lab/modes/pool.py's gate."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lab.machine import cpu_count
+from lab.modes.pool import PoolRunner, pool_size
+from workloads.registry import run_timed
+from workloads.timing import RunRecord
+
+
+def default_thread_pool() -> int:
+    # The size Python's own default executor picks (concurrent.futures docs).
+    return min(32, cpu_count() + 4)
+
+
+THREAD_POOL = pool_size(
+    "--thread-pool", "threads behind /threading, per server process", default_thread_pool, "min(32, cores+4)"
+)
+
+
+class ThreadRunner(PoolRunner):
+    """`run_in_executor` on one shared ThreadPoolExecutor."""
+
+    kind = "threads"
+    timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
+    size_setting = THREAD_POOL
+
+    async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+
+        def job() -> RunRecord:
+            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
+            return run_timed(workload, params)
+
+        return loop.run_in_executor(self.executor, job)
+
+    async def close(self, wait: bool = True) -> None:
+        # Waiting or not, a running thread cannot be stopped and the
+        # interpreter joins pool threads at exit; lab/serve/main.py ends the process
+        # with os._exit if one is still busy when the grace period is over.
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None

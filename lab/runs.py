@@ -1,0 +1,132 @@
+"""A run, resolved once: which workload, with which params, in which mode; and the envelope its record becomes.
+
+Tornado-free, so that the lab's handlers (handlers/run.py, handlers/race.py)
+and the peers' WSGI app (peers/app.py, which uWSGI and gunicorn load in every
+worker) resolve a request alike and answer with the same envelope. A run
+that cannot be served is `Refused`, with the status its client gets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lab.modes.contract import Mode
+from workloads.params import Param, ParamError, parse_params
+from workloads.registry import DEFAULT_WORKLOAD, WORKLOADS
+from workloads.timing import RunRecord
+
+Query = Mapping[str, Sequence[str]]
+
+
+@dataclass
+class Refused(Exception):
+    """A run this server will not make: the HTTP status its client gets, and why."""
+
+    status: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Own:
+    """What a mode runs instead of one of the lab's workloads (async: the upstream), and its params."""
+
+    workload: str
+    params: tuple[Param, ...]
+    owner: str  # who the params belong to, in their error messages
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: the mode it runs in, the workload (or what the mode runs itself) and its parsed params."""
+
+    mode: str
+    workload: str
+    params: dict[str, Any]
+
+
+def own(mode: Mode) -> Own | None:
+    """What `mode` runs itself, or None if it runs the lab's workloads."""
+    return Own(mode.workload, mode.params, mode.name) if mode.workload is not None else None
+
+
+def resolve(mode: str, name: str | None, query: Query, *, runs: Own | None = None) -> Run:
+    """The run a request asks for: `runs`, or workload `name` (the default if None), with the query's params.
+
+    Refused 404 for a workload that does not exist, 400 for params out of
+    their limits (workloads/params.py).
+    """
+    try:
+        if runs is not None:
+            return Run(mode, runs.workload, parse_params(runs.owner, runs.params, query))
+        workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
+        if workload is None:
+            shown = name if len(name or "") <= 60 else f"{(name or '')[:60]}…"
+            raise Refused(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
+        return Run(mode, workload.name, workload.parse(query))
+    except ParamError as error:
+        raise Refused(400, error.message) from None
+
+
+def check(mode: Mode, run: Run) -> None:
+    """Refused 501 where this Python cannot run the mode at all, 422 where the mode cannot run the workload."""
+    problem = mode.unavailable()
+    if problem is not None:
+        raise Refused(501, f"/{mode.name} cannot run on this server: {problem}")
+    entry = WORKLOADS.get(run.workload)
+    refusal = mode.refusal(run.workload, entry.needs) if entry is not None else None
+    if refusal is not None:
+        raise Refused(422, refusal)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _ms_or_none(seconds: float | None) -> float | None:
+    return None if seconds is None else _ms(seconds)
+
+
+def envelope(run: Run, record: RunRecord, *, received: float, pid: int, task_id: int | None) -> dict[str, Any]:
+    """The answer to `run`: `server` (pid, task_id) handled the HTTP request; `record` says where the work ran.
+
+    `started`/`finished` come from the worker itself, so `queued_ms` is the
+    real wait for a pool (or for the event loop) and `run_ms` the real run.
+    `cpu_ms` is the CPU time the run used where it ran (None where nothing
+    ran: /async only waits); the rest of run_ms it was started but not
+    running: `core_wait_ms` waiting for a core (the kernel's run queue) and
+    `blocked_ms` the rest, of which `gil_wait_ms` is the part that was the
+    GIL: all of it on a thread that shares its GIL, 0 on one alone with its
+    own (workloads/clocks.py; None where it cannot be told). A cluster worker
+    (distributed mode) also has an address, a sub-interpreter (interpreters
+    mode) its interpreter id.
+    """
+    responded = time.time()
+    worker: dict[str, Any] = {"pid": record["pid"], "thread": record["thread"]}
+    if "address" in record:
+        worker["address"] = record["address"]
+    if "interpreter" in record:
+        worker["interpreter"] = record["interpreter"]
+    started, finished = record["started"], record["finished"]
+    return {
+        "mode": run.mode,
+        "workload": run.workload,
+        "params": run.params,
+        "result": record["result"],
+        "server": {"pid": pid, "task_id": task_id},
+        "worker": worker,
+        "timing": {
+            "received": received,
+            "started": started,
+            "finished": finished,
+            "queued_ms": _ms(started - received),
+            "run_ms": _ms(finished - started),
+            "cpu_ms": _ms_or_none(record["cpu"]),
+            "core_wait_ms": _ms_or_none(record["core_wait"]),
+            "blocked_ms": _ms_or_none(record["blocked"]),
+            "gil_wait_ms": _ms_or_none(record["gil_wait"]),
+            "total_ms": _ms(responded - received),
+        },
+    }

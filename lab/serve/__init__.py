@@ -1,0 +1,1 @@
+"""Start-up and the processes of a server: parse, bind, fork under one supervisor, serve, stop."""

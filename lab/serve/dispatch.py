@@ -1,0 +1,244 @@
+"""--accept dispatch: the forked parent accepts every connection and hands it to the least busy child.
+
+Node.js's cluster module does this by default on Linux, because letting
+workers accept for themselves left load "very unbalanced" in practice. The
+parent keeps the listening sockets; each child holds one end of a Unix
+SOCK_SEQPACKET pair. Down it, the parent sends each accepted connection's
+file descriptor (SCM_RIGHTS: `socket.send_fds`), then closes its own copy;
+up it, the child reports how busy it is each time that changes: its
+occupancy (lab/serve/accept.py: what its requests hold of its capacity, a
+connection whose request is not known yet a whole unit) and how many
+connections it has received. The parent counts a connection it sent but the
+child has not reported yet as a whole unit, so a burst spreads before any
+child has said a word. The least busy child gets the next connection; ties
+go round-robin. Keep-alive connections stay with their child: only new
+connections pass through the parent.
+
+The parent is one thread and a `selectors` loop (lab/serve/supervisor.py's,
+which forks, reaps and replaces the children for every policy): it never
+reads a request, so a client that connects and sends nothing costs it one
+accept and one send. This module is that loop's doorway for `dispatch`: a
+channel made for each child before its fork, the listening sockets, and
+what is on its way to each child.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+from collections import deque
+from dataclasses import dataclass, field
+
+from lab.serve.supervisor import POLL_S, Doorway
+from lab.web.channel import BATCH, REPORT
+
+# How soon the loop looks again while connections wait for a channel with room.
+RETRY_S = 0.05
+# Connections accepted that no child's channel would take yet (every child's
+# loop busy and its channel full): past this many the parent stops
+# accepting, and the kernel's queue holds the rest.
+MAX_PENDING = 1024
+
+
+@dataclass
+class Channel:
+    """The parent's end of one child's channel, and how busy the child last said it was."""
+
+    task_id: int
+    sock: socket.socket | None
+    sent: int = 0  # connections sent down the channel
+    received: int = 0  # ... of which the child has reported receiving
+    load: float = 0.0  # its occupancy at that report
+    # The parent's copies of the connections sent but not yet reported
+    # received, oldest first: if the child dies with them still in its
+    # channel, they can go to another child instead of being lost.
+    in_transit: deque[socket.socket] = field(default_factory=deque)
+
+    @property
+    def estimate(self) -> float:
+        """Its occupancy, plus a whole unit for each connection on its way."""
+        return self.load + (self.sent - self.received)
+
+
+class Dispatch(Doorway):
+    """The parent of a `--accept dispatch` server: accepts, and hands each connection to the least busy child."""
+
+    def __init__(self, listeners: list[socket.socket]) -> None:
+        self.listeners = listeners
+        self.channels: dict[int, Channel] = {}  # by task id
+        self.pending: deque[socket.socket] = deque()  # accepted, no channel would take it yet
+        self.selector: selectors.BaseSelector | None = None
+        self._pair: tuple[socket.socket, socket.socket] | None = None  # made for the child about to fork
+        self._turn = 0
+        self._listening = False
+        self._closed = False
+
+    def attach(self, selector: selectors.BaseSelector) -> None:
+        self.selector = selector
+        for sock in self.listeners:
+            sock.setblocking(False)
+
+    # ---------- the supervisor's turns ----------
+
+    def before_fork(self, task_id: int) -> None:
+        self._pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def forked(self, task_id: int, pid: int) -> None:
+        assert self._pair is not None and self.selector is not None
+        ours, theirs = self._pair
+        self._pair = None
+        theirs.close()
+        ours.setblocking(False)
+        channel = self.channels[task_id] = Channel(task_id, ours)
+        # Woken by its reports: each one lets the parent close its copies of
+        # what the child received (a copy left open would hold the connection
+        # open after the child closed it).
+        self.selector.register(ours, selectors.EVENT_READ, lambda _: self._read_reports_of(channel))
+
+    def in_child(self, task_id: int) -> socket.socket | None:
+        """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection."""
+        assert self._pair is not None
+        ours, theirs = self._pair
+        ours.close()
+        for sock in [*self.listeners, *self.pending]:
+            sock.close()
+        for channel in self.channels.values():
+            if channel.sock is not None:
+                channel.sock.close()
+        return theirs
+
+    def wait(self, stopping: bool) -> float:
+        self._listen(not stopping and len(self.pending) < MAX_PENDING)
+        return RETRY_S if self.pending else POLL_S
+
+    def turn(self, stopping: bool) -> None:
+        if stopping:
+            self._stop_accepting()
+        self._read_reports()
+        self._send_pending()
+
+    def gone(self, task_id: int) -> None:
+        channel = self.channels.pop(task_id, None)
+        if channel is not None:
+            self._close_channel(channel)
+
+    # ---------- channels ----------
+
+    def _read_reports(self) -> None:
+        """Every child's latest report, read when a choice needs them (and on each turn of the loop).
+
+        Not on arrival: a report would wake the parent once per connection,
+        and its CPU comes out of the children's.
+        """
+        for channel in list(self.channels.values()):
+            self._read_reports_of(channel)
+
+    def _read_reports_of(self, channel: Channel) -> None:
+        while channel.sock is not None:
+            try:
+                report = channel.sock.recv(REPORT.size)
+            except BlockingIOError:
+                return
+            except OSError:
+                report = b""
+            if not report:  # the child closed its end: stopping, or dead
+                self._close_channel(channel)
+                return
+            received, channel.load = REPORT.unpack(report)
+            for _ in range(received - channel.received):
+                channel.in_transit.popleft().close()  # the child has it: its copy is the one
+            channel.received = received
+
+    def _close_channel(self, channel: Channel) -> None:
+        if channel.sock is not None:
+            assert self.selector is not None
+            self.selector.unregister(channel.sock)
+            channel.sock.close()
+            channel.sock = None
+        self._recover(channel)
+
+    def _recover(self, channel: Channel) -> None:
+        """A child gone with connections on their way: those whose request is still unread go to another.
+
+        One whose bytes the child may have read already (nothing to peek, yet
+        open) is closed: sent elsewhere it would wait for a request that is
+        gone; closed, its client sees the failure at once.
+        """
+        resend = []
+        while channel.in_transit:
+            connection = channel.in_transit.popleft()
+            try:
+                unread = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except OSError:
+                unread = b""
+            if unread:
+                resend.append(connection)
+            else:
+                connection.close()
+        self.pending.extendleft(reversed(resend))  # first in line, in their order
+
+    def _listen(self, wanted: bool) -> None:
+        if wanted == self._listening or self._closed:
+            return
+        assert self.selector is not None
+        for sock in self.listeners:
+            if wanted:
+                self.selector.register(sock, selectors.EVENT_READ, self._accept)
+            else:
+                self.selector.unregister(sock)
+        self._listening = wanted
+
+    def _stop_accepting(self) -> None:
+        self._listen(False)
+        if not self._closed:
+            self._closed = True
+            for sock in self.listeners:
+                sock.close()
+        for sock in self.pending:
+            sock.close()
+        self.pending.clear()
+
+    # ---------- connections ----------
+
+    def _accept(self, listener: socket.socket) -> None:
+        self._read_reports()
+        for _ in range(BATCH):
+            try:
+                connection, _address = listener.accept()
+            except (BlockingIOError, ConnectionAbortedError):
+                return
+            self.pending.append(connection)
+            self._send_pending()
+
+    def _send_pending(self) -> None:
+        # (The parent's copy of a connection sent is closed when its child reports it received.)
+        while self.pending:
+            connection = self.pending.popleft()
+            if not self._send(connection):
+                self.pending.appendleft(connection)
+                return  # no channel takes it now: retried after the next wake-up
+
+    def _send(self, connection: socket.socket) -> bool:
+        """Hand `connection` to the least busy child that will take it; False if none would."""
+        for channel in self._by_load():
+            assert channel.sock is not None
+            try:
+                socket.send_fds(channel.sock, [b"c"], [connection.fileno()])
+            except BlockingIOError:
+                continue  # its channel is full (its event loop is busy): the next one
+            except OSError:
+                self._close_channel(channel)  # it has gone; the supervisor replaces it
+                continue
+            channel.sent += 1
+            channel.in_transit.append(connection)
+            return True
+        return False
+
+    def _by_load(self) -> list[Channel]:
+        """The channels that can take a connection, least busy first, ties in round-robin order."""
+        open_ = [c for c in self.channels.values() if c.sock is not None]
+        if not open_:
+            return []
+        self._turn = (self._turn + 1) % len(open_)
+        rotated = open_[self._turn :] + open_[: self._turn]
+        return sorted(rotated, key=lambda c: c.estimate)  # sorted() is stable: ties keep the rotation

@@ -1,0 +1,320 @@
+"""The house's rules, read from the source: imports run downwards and never in a circle, a mode is a folder
+that no one else names, records travel whole, tools don't import tools, and the peers load no Tornado.
+
+    handlers/ ──> lab/ ──> workloads/          bench/<tool>.py ──> bench/lib/, bench/charts/ ──> lab/
+    peers/app.py ──> lab/runs.py (no Tornado)  lab/serve/ ──> lab/modes/ ──> lab/web/ ──> lab/instruments/ ──> lab/*.py
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab import ROOT
+from lab.modes.registry import MODES
+
+PACKAGES = ("lab", "handlers", "workloads", "peers", "bench", "scripts")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants in `tree` (prose: they may name anything)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _started(tree: ast.AST) -> set[str]:
+    """Modules the code starts with `python -m`: a "-m" followed by a name in an argv list, tuple or call,
+    or "-m NAME" inside a string that is not a docstring."""
+    found: set[str] = set()
+    prose = _docstrings(tree)
+    for node in ast.walk(tree):
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
+        for flag, name in itertools.pairwise(items):
+            if isinstance(flag, ast.Constant) and flag.value == "-m" and isinstance(name, ast.Constant):
+                found.add(str(name.value))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            found |= set(re.findall(r"(?:^|\s)-m\s+([A-Za-z_][\w.]*)", node.value))
+    return found
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    """Every module `tree` imports, wherever (TYPE_CHECKING and function bodies included); `from a import b`
+    names a.b too, in case b is a module."""
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module)
+            imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return imported
+
+
+def _named(tree: ast.AST) -> dict[str, set[str]]:
+    """What a module names: the modules it imports and those it starts with -m."""
+    return {"imports": _imported(tree), "starts": _started(tree)}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources(package: str) -> Iterator[Path]:
+    yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def _modules(package: str) -> dict[str, dict[str, set[str]]]:
+    """Every module of `package` (its sub-packages included) and what it names."""
+    return {
+        str(path.relative_to(ROOT)): _named(ast.parse(path.read_text(), filename=str(path)))
+        for path in _sources(package)
+    }
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(f"{prefix}.") for prefix in prefixes)
+
+
+def _wrong(named: dict[str, set[str]], forbidden: tuple[str, ...], may_start: frozenset[str]) -> set[str]:
+    imports = {name for name in named["imports"] if _within(name, forbidden)}
+    starts = {name for name in named["starts"] - may_start if _within(name, forbidden)}
+    return imports | {f"-m {name}" for name in starts}
+
+
+# ---------- layers: what each part of the house may name ----------
+
+GROUND = ("lab.errors", "lab.settings", "lab.machine", "lab.native", "lab.logs", "lab.loopback", "lab.collector",
+          "lab.procs")  # fmt: skip
+LAB_ROOMS = ("lab.serve", "lab.web", "lab.modes", "lab.instruments", "lab.config", "lab.runs")
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden", "may_start"),
+    [
+        # The machinery serves requests' code, never the other way round: it neither imports
+        # handlers or the bench nor starts them as programs (the upstream it starts lives in lab/).
+        ("lab", ("handlers", "bench", "peers"), frozenset()),
+        ("workloads", ("handlers", "lab", "bench", "peers", "tornado"), frozenset()),  # pure functions
+        # The page's race runs the bench's load generator as a separate program, and imports nothing of it.
+        ("handlers", ("bench", "peers"), frozenset({"bench.race"})),
+        # The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters;
+        # the embedded upstream is a Tornado app of its own on the web plumbing.
+        ("lab/modes", ("lab.serve", "lab.config", "lab.instruments", "lab.runs"), frozenset()),
+        # The web plumbing stands on the ground floor and the instruments; start-up and the modes stand on it.
+        ("lab/web", ("lab.serve", "lab.modes", "lab.config", "lab.runs"), frozenset()),
+        ("lab/instruments", ("lab.serve", "lab.web", "lab.modes", "lab.config", "lab.runs"), frozenset()),
+    ],
+)
+def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...], may_start: frozenset[str]) -> None:
+    for module, named in _modules(package).items():
+        wrong = _wrong(named, forbidden, may_start)
+        assert not wrong, f"{module} names {sorted(wrong)}"
+
+
+def test_the_ground_floor_stands_on_nothing_of_the_rooms() -> None:
+    for module in GROUND:
+        path = ROOT / f"{module.replace('.', '/')}.py"
+        wrong = _wrong(_named(ast.parse(path.read_text())), LAB_ROOMS, frozenset())
+        assert not wrong, f"{module} names {sorted(wrong)}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import handlers.base",
+        "from bench.lib.engine import race",
+        "if TYPE_CHECKING:\n    from handlers.base import LabHandler",
+        "def later():\n    from bench.lib import engine",
+        'subprocess.Popen([sys.executable, "-m", "handlers.upstream", "--fd", "3"])',
+        'asyncio.create_subprocess_exec(sys.executable, "-m", "bench.race")',
+        'ARGV = (python, "-m", "bench.compare")',
+        'os.system("python -m handlers.upstream --port 9000")',
+    ],
+)
+def test_the_layer_check_sees_imports_and_programs_started_by_name(source: str) -> None:
+    assert _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
+
+
+def test_the_layer_check_reads_docstrings_as_prose() -> None:
+    source = '"""Started as `python -m handlers.upstream`."""\ndef f():\n    """Or `python -m bench.race`."""\n'
+    assert not _wrong(_named(ast.parse(source)), ("handlers", "bench"), frozenset())
+
+
+# ---------- no import circle ----------
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each project module and the project modules it imports (however: TYPE_CHECKING and lazy imports too),
+    plus the registry's runners, which it names by import path."""
+    paths = [path for package in PACKAGES for path in _sources(package)] + [ROOT / "server.py"]
+    names = {_module_name(path): path for path in paths}
+    graph = {
+        name: {other for other in _imported(ast.parse(path.read_text())) if other in names and other != name}
+        for name, path in names.items()
+    }
+    graph["lab.modes.registry"] |= {mode.runner.rpartition(".")[0] for mode in MODES.values()}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_runner_path_or_a_type_only_import() -> None:
+    graph = {"config": {"registry"}, "registry": {"runner"}, "runner": {"pool"}, "pool": {"config"}, "x": {"config"}}
+    assert _circles(graph) == [["config", "pool", "registry", "runner"]]
+    graph = _graph()
+    graph["lab.modes.pool"].add("lab.config")  # as `if TYPE_CHECKING: from lab.config import Config` was
+    assert any({"lab.config", "lab.modes.registry", "lab.modes.pool"} <= set(c) for c in _circles(graph))
+
+
+# ---------- one mode, one folder ----------
+
+
+def _home(runner: str) -> Path:
+    """A mode's folder: the package of its runner's module (lab/modes/processing for ...processing.runner.X)."""
+    module = runner.rpartition(".")[0]
+    return ROOT / Path(*module.split(".")[:-1])
+
+
+def test_each_mode_lives_in_a_folder_of_its_own_under_lab_modes() -> None:
+    homes = {name: _home(mode.runner) for name, mode in MODES.items()}
+    assert len(set(homes.values())) == len(homes)
+    for name, home in homes.items():
+        assert home.parent == ROOT / "lab" / "modes" and (home / "__init__.py").exists(), name
+
+
+def test_nothing_outside_a_modes_folder_names_that_mode() -> None:
+    homes = {name: _home(mode.runner) for name, mode in MODES.items()}
+    for package in ("lab", "handlers", "peers"):
+        for path in _sources(package):
+            tree = ast.parse(path.read_text())
+            prose = _docstrings(tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and node.value in homes and id(node) not in prose:
+                    assert homes[str(node.value)] in path.parents, f"{path.relative_to(ROOT)}:{node.lineno}"
+
+
+def test_no_file_name_prefix_stands_in_for_a_folder() -> None:
+    # dask_runner.py, dask_cluster.py ... are lab/modes/distributed/; two modules of one folder never share
+    # a prefix, and no module is named after a mode or a mode's family outside its folder.
+    families = {*MODES, *(path.name for path in (ROOT / "lab" / "modes").iterdir() if path.is_dir()), "dask", "interp"}
+    for package in PACKAGES:
+        for folder in {path.parent for path in _sources(package)}:
+            stems = [path.stem for path in folder.glob("*.py") if "_" in path.stem.strip("_")]
+            prefixes = [stem.split("_")[0] for stem in stems]
+            shared = {prefix for prefix in prefixes if prefixes.count(prefix) > 1}
+            assert not shared, f"{folder.relative_to(ROOT)}: modules named {sorted(shared)}_*: a folder instead"
+            named = {stem for stem in stems if stem.split("_")[0] in families}
+            assert not named, f"{folder.relative_to(ROOT)}: {sorted(named)}: the mode's folder instead"
+
+
+# ---------- records travel whole ----------
+
+
+def test_a_run_is_resolved_and_answered_in_one_place_for_the_lab_and_its_peers() -> None:
+    definitions: dict[str, list[str]] = {"resolve": [], "envelope": []}
+    users: dict[str, set[str]] = {"resolve": set(), "envelope": set()}
+    for package in PACKAGES:
+        for path in _sources(package):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef) and node.name in definitions:
+                    definitions[node.name].append(str(path.relative_to(ROOT)))
+                if isinstance(node, ast.ImportFrom) and node.module == "lab.runs":
+                    for alias in node.names:
+                        users.get(alias.name, set()).add(str(path.relative_to(ROOT)))
+    assert definitions == {"resolve": ["lab/runs.py"], "envelope": ["lab/runs.py"]}
+    assert users["resolve"] == {"handlers/run.py", "handlers/race.py", "peers/app.py"}
+    assert users["envelope"] == {"handlers/run.py", "peers/app.py"}
+
+
+def test_the_peers_app_loads_no_tornado() -> None:
+    # uWSGI and gunicorn load it in every worker: the lab's web stack has no business there.
+    code = "import sys, peers.app; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tornado', 'handlers')))"
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "[]"
+
+
+# ---------- the bench: tools don't import tools ----------
+
+
+def _tools() -> set[str]:
+    """The bench's tools: its top-level modules (`python -m bench.<tool>`; locustfile.py is Locust's)."""
+    return {f"bench.{path.stem}" for path in (ROOT / "bench").glob("*.py") if path.stem != "__init__"}
+
+
+def test_no_bench_tool_imports_another_and_the_library_imports_none() -> None:
+    tools = _tools()
+    for module, named in _modules("bench").items():
+        wrong = {name for name in named["imports"] if name in tools}
+        assert not wrong, f"{module} imports {sorted(wrong)}: move what they share into bench/lib/"
+
+
+def test_only_the_race_command_line_imports_itself() -> None:
+    # The other bench tools (and anything else) use the engine, not the CLI module.
+    for package in ("bench", "lab", "handlers"):
+        for module, named in _modules(package).items():
+            assert "bench.race" not in named["imports"], module
+
+
+# ---------- sizes ----------
+
+
+def test_no_file_over_400_lines_and_no_function_over_60() -> None:
+    for package in PACKAGES:
+        for path in _sources(package):
+            source = path.read_text()
+            assert len(source.splitlines()) <= 400, path.relative_to(ROOT)
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    assert node.end_lineno is not None
+                    lines = node.end_lineno - node.lineno + 1
+                    assert lines <= 60, f"{path.relative_to(ROOT)}: {node.name} is {lines} lines"
+
+
+def test_server_py_is_a_thin_shim() -> None:
+    source = (ROOT / "server.py").read_text()
+    assert source.count("noqa") <= 2 and len(source.splitlines()) < 30

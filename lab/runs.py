@@ -97,8 +97,9 @@ def envelope(run: Run, record: RunRecord, *, received: float, pid: int, task_id:
     `cpu_ms` is the CPU time the run used where it ran (None where nothing
     ran: /async only waits); the rest of run_ms it was started but not
     running: `core_wait_ms` waiting for a core (the kernel's run queue) and
-    `gil_wait_ms` the rest, on a thread of a process with a GIL: the GIL
-    (workloads/clocks.py; None where it cannot be told). A cluster worker
+    `blocked_ms` the rest, of which `gil_wait_ms` is the part that was the
+    GIL: all of it on a thread that shares its GIL, 0 on one alone with its
+    own (workloads/clocks.py; None where it cannot be told). A cluster worker
     (distributed mode) also has an address, a sub-interpreter (interpreters
     mode) its interpreter id.
     """
@@ -124,6 +125,7 @@ def envelope(run: Run, record: RunRecord, *, received: float, pid: int, task_id:
             "run_ms": _ms(finished - started),
             "cpu_ms": _ms_or_none(record["cpu"]),
             "core_wait_ms": _ms_or_none(record["core_wait"]),
+            "blocked_ms": _ms_or_none(record["blocked"]),
             "gil_wait_ms": _ms_or_none(record["gil_wait"]),
             "total_ms": _ms(responded - received),
         },

@@ -183,13 +183,24 @@ function shareOf(timing, part) {
   return Math.max(0, Math.min(1, timing[part] / timing.run_ms));
 }
 
+// The part of a run's blocked time that was not the GIL's (ms): all of it where the GIL's part is not
+// told (a workload's own wait), the rest where it is (a worker alone with its GIL: all of it). Null if none.
+function otherBlocked(timing) {
+  if (!known(timing.blocked_ms)) return null;
+  const rest = timing.blocked_ms - (timing.gil_wait_ms ?? 0);
+  return rest >= 0.5 ? rest : null;
+}
+
 // "computing 99 ms, waiting 15 ms for a core and 110 ms for the GIL": the run's own split, in words.
 function splitWords(timing) {
   if (!known(timing.cpu_ms)) return "";
   const waits = [];
   if (known(timing.core_wait_ms)) waits.push(`${ms(timing.core_wait_ms)} for a core`);
-  if (known(timing.gil_wait_ms)) waits.push(`${ms(timing.gil_wait_ms)} for the GIL`);
-  return `, computing ${ms(timing.cpu_ms)} of it${waits.length ? `, waiting ${waits.join(" and ")}` : ""}`;
+  if (timing.gil_wait_ms > 0) waits.push(`${ms(timing.gil_wait_ms)} for the GIL`);
+  const other = otherBlocked(timing);
+  const blocked = other === null ? "" : `, blocked ${ms(other)} ${known(timing.gil_wait_ms)
+    ? "by something other than the GIL (its GIL is its own)" : "(its own wait, or the GIL: not told apart)"}`;
+  return `, computing ${ms(timing.cpu_ms)} of it${waits.length ? `, waiting ${waits.join(" and ")}` : ""}${blocked}`;
 }
 
 function drawBar(bars, clients, response, f, y, h, colour, race) {
@@ -209,6 +220,7 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
     "data-run-ms": timing ? timing.run_ms : "",
     "data-cpu-ms": timing && known(timing.cpu_ms) ? timing.cpu_ms : "",
     "data-core-wait-ms": timing && known(timing.core_wait_ms) ? timing.core_wait_ms : "",
+    "data-blocked-ms": timing && known(timing.blocked_ms) ? timing.blocked_ms : "",
     "data-gil-wait-ms": timing && known(timing.gil_wait_ms) ? timing.gil_wait_ms : "",
   }, bars);
   const title = el("title", {}, bar);
@@ -225,17 +237,23 @@ function drawBar(bars, clients, response, f, y, h, colour, race) {
     if (computed === null) {
       el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run" }, bar);
     } else {
-      // Started, then computing for cpu_ms of it and waiting core_wait_ms for a core (grey); the pale
-      // rest is time it waited while started: for the GIL, where a thread computes. Where in the run
-      // the parts fell is not known, their sums are: drawn in that order.
+      // Started, then computing for cpu_ms of it, waiting core_wait_ms for a core (grey) and blocked by
+      // something other than the GIL (light grey: a workload's own wait, a worker alone with its GIL);
+      // the pale rest is time it waited for the GIL. Where in the run the parts fell is not known,
+      // their sums are: drawn in that order.
       el("rect", { x: xs, y: y + pad, width, height: h - 2 * pad, fill: colour, class: "run started" }, bar);
       const cpuWidth = Math.max(1, width * computed);
       el("rect", { x: xs, y: y + pad, width: cpuWidth, height: h - 2 * pad, fill: colour, class: "run computing" }, bar);
-      const core = shareOf(timing, "core_wait_ms");
-      if (core !== null && width * core >= 0.5) {
-        el("rect", { x: xs + cpuWidth, y: y + pad, width: Math.min(width * core, width - cpuWidth),
-          height: h - 2 * pad, class: "run core-wait" }, bar);
-      }
+      let drawn = cpuWidth;
+      const part = (share, className) => {
+        if (share === null || width * share < 0.5) return;
+        const w = Math.min(width * share, width - drawn);
+        el("rect", { x: xs + drawn, y: y + pad, width: w, height: h - 2 * pad, class: `run ${className}` }, bar);
+        drawn += w;
+      };
+      part(shareOf(timing, "core_wait_ms"), "core-wait");
+      const other = otherBlocked(timing);
+      part(other === null ? null : Math.min(1, other / timing.run_ms), "blocked");
     }
     title.textContent = `request ${response.index}: waited ${ms(timing.queued_ms)} for a worker, ran `
       + `${ms(timing.run_ms)}${splitWords(timing)} `

@@ -16,18 +16,25 @@ export function facts(race) {
     return values.length === runs.length && values.length ? values.reduce((a, b) => a + b, 0) / values.length / 1000 : null;
   };
   const meanCpu = mean("cpu_ms");
+  // Blocked by something other than the GIL: all of blocked_ms where the GIL's part is not told, the rest where it is.
+  const others = ok.map((r) => r.body.timing).filter((t) => t.blocked_ms !== null && t.blocked_ms !== undefined)
+    .map((t) => t.blocked_ms - (t.gil_wait_ms ?? 0));
+  const meanOtherBlocked = others.length === runs.length && others.length
+    ? others.reduce((a, b) => a + b, 0) / others.length / 1000 : null;
   const edges = ok.flatMap((r) => [[r.body.timing.started, 1], [r.body.timing.finished, -1]])
     .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let running = 0;
   let overlap = 0;
   for (const [, step] of edges) overlap = Math.max(overlap, (running += step));
   const stretch = meanRun && race.summary.solo_s ? meanRun / race.summary.solo_s : null;
-  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"), stretch, overlap };
+  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"), meanOtherBlocked,
+    stretch, overlap };
 }
 
 // "Each thread computed 0.20 s on average and took 1.20 s from start to finish: it waited 0.90 s (75%) for
-// the GIL and 0.10 s (8%) for a core." From the envelopes' own split where they have one; else only
-// what computing leaves, with `waitingFor` naming what it waited for.
+// the GIL and 0.10 s (8%) for a core." From the envelopes' own split where they have one (and what
+// blocked them that was not the GIL, where it counts); else only what computing leaves, with
+// `waitingFor` naming what it waited for.
 function cpuWords(known, who, waitingFor) {
   if (known.meanCpu === null || !known.meanRun) return "";
   const head = ` Each ${who} computed ${sec(known.meanCpu)} on average and took ${sec(known.meanRun)} from start to `
@@ -36,8 +43,10 @@ function cpuWords(known, who, waitingFor) {
   if (known.meanCoreWait !== null) {
     const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"]]
       .filter(([seconds]) => seconds !== null && seconds >= 0.005).sort((a, b) => b[0] - a[0]);
-    if (!waits.length) return `${head}it hardly waited at all.`;
-    return `${head}it waited ${waits.map(([seconds, what]) => part(seconds, what)).join(" and ")}.`;
+    const other = known.meanOtherBlocked !== null && known.meanOtherBlocked >= 0.005
+      ? ` It was blocked ${part(known.meanOtherBlocked, "by something other than the GIL")}.` : "";
+    if (!waits.length) return `${head}it hardly waited at all.${other}`;
+    return `${head}it waited ${waits.map(([seconds, what]) => part(seconds, what)).join(" and ")}.${other}`;
   }
   const waiting = Math.round(100 * Math.max(0, 1 - known.meanCpu / known.meanRun));
   return `${head}<strong>${waiting}%</strong> of it waiting for ${waitingFor}.`;
@@ -110,8 +119,9 @@ function cpuIdealWords(s) {
 // A nominal ratio under this is not news about the server: t was timed on a slow moment (bench/summary.py).
 const SLOW_T_RATIO = 0.95;
 
-// Processes do not share a GIL, so a worker started but not computing waited for a core: the cores
-// are blamed, never the GIL (a worker's own few milliseconds of it are its process's other threads).
+// Processes and sub-interpreters do not share a GIL, so a worker started but not computing waited for a
+// core, or was blocked by something else: the cores are blamed, never the GIL (a Dask worker's own few
+// milliseconds of it are its process's other threads).
 function coreWords(known, who) {
   if (known.meanCpu === null || !known.meanRun || known.meanCpu / known.meanRun > 0.9) return "";
   return cpuWords({ ...known, meanGilWait: null }, who,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
+
 from tests.lab_server import Reply
 
 Interval = tuple[float, float]
@@ -41,7 +43,8 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     assert set(body["worker"]) == {"pid", "thread"} | extra
     timing = body["timing"]
     assert set(timing) == {
-        "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "gil_wait_ms", "total_ms"
+        "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "blocked_ms", "gil_wait_ms",
+        "total_ms"
     }  # fmt: skip
     assert timing["received"] <= timing["started"] <= timing["finished"]
     assert timing["queued_ms"] >= 0 and timing["run_ms"] >= 0
@@ -50,13 +53,29 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
         assert timing["cpu_ms"] is None
     else:  # CPU time is never more than the wall time it was spent in (one thread), give or take clock grain
         assert 0 <= timing["cpu_ms"] <= timing["run_ms"] + 5
-    # The split of the run: a wait is never negative, and the GIL's is never more than the run.
+    # The split of the run: a wait is never negative; blocked is what computing and waiting for a core left
+    # of the run (never below 0), measured wherever they are; the GIL's wait is a part of it, where told.
     if timing["core_wait_ms"] is not None:
         assert timing["core_wait_ms"] >= 0
+        assert timing["blocked_ms"] == _rest(timing)
+    else:
+        assert timing["blocked_ms"] is None
     if timing["gil_wait_ms"] is not None:
-        assert 0 <= timing["gil_wait_ms"] <= timing["run_ms"]
+        assert 0 <= timing["gil_wait_ms"] <= timing["blocked_ms"]
+    # Where a run's GIL is its own nobody else took it: its blocked time was something else.
+    if mode in OWN_GIL and timing["blocked_ms"] is not None:
+        assert timing["gil_wait_ms"] == 0
     if mode == "async":
-        assert timing["core_wait_ms"] is None and timing["gil_wait_ms"] is None
+        assert timing["core_wait_ms"] is timing["blocked_ms"] is timing["gil_wait_ms"] is None
+
+
+# Modes whose runs are alone with their GIL: a process-pool worker (one job at a time) and a sub-interpreter.
+OWN_GIL = {"processing", "interpreters"}
+
+
+def _rest(timing: dict[str, Any]) -> Any:
+    """run_ms less cpu_ms and core_wait_ms, floored at 0, within the envelope's rounding (3 decimals each)."""
+    return pytest.approx(max(0.0, timing["run_ms"] - timing["cpu_ms"] - timing["core_wait_ms"]), abs=0.002)
 
 
 def assert_error(reply: Reply, status: int, *fragments: str) -> None:

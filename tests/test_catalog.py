@@ -19,9 +19,11 @@ def test_ping_is_tiny(server: LabServer) -> None:
     body = reply.json()
     assert body == {"pong": True, "pid": server.pid, "gil": body["gil"], "core_wait": body["core_wait"]}
     # This process's GIL contention lately (read every 200 ms; None before the first reading):
-    # a share, and low on an idle server.
+    # a share, and low on an idle server. Idle reads 0.001-0.003 with 0-4 busy loops beside it,
+    # 150x under 0.5; a window that still covers the previous test's burst on this shared server
+    # may read high, so a later one is waited for (a meter stuck high still fails).
     assert wait_for(lambda: get(f"{server.url}/ping").json()["gil"] is not None)
-    assert 0 <= get(f"{server.url}/ping").json()["gil"] < 0.5
+    assert wait_for(lambda: 0 <= get(f"{server.url}/ping").json()["gil"] < 0.5)
     # Its core meter likewise: the run-queue share of its threads, a share.
     assert wait_for(lambda: get(f"{server.url}/ping").json()["core_wait"] is not None)
     assert 0 <= get(f"{server.url}/ping").json()["core_wait"] <= 1

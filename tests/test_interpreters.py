@@ -89,18 +89,28 @@ def test_runs_in_the_server_process_on_interpreters_with_their_own_gil(start_ser
     interpreters = {body["worker"]["interpreter"] for body in bodies}
     assert len(interpreters) == 2 and 0 not in interpreters  # the pool's two, never the main interpreter
     assert max_concurrency(run_intervals(replies)) == 2
-    # Each has a GIL of its own: the runs waited for a core at times, almost never for a GIL.
-    run = sum(body["timing"]["run_ms"] for body in bodies)
-    assert sum(body["timing"]["gil_wait_ms"] for body in bodies) < 0.1 * run
+    # Each has a GIL of its own, which nobody else takes: whatever blocked a run (a page fault, the
+    # host) was not the GIL, and the envelope says so (assert_envelope: gil_wait_ms 0, blocked_ms
+    # measured). How long they were blocked is the machine's business, not asserted.
+    assert all(body["timing"]["blocked_ms"] is not None for body in bodies)
     pool = pool_stats(lab.url, "interpreters")
     assert (pool["kind"], pool["size"], pool["submitted"]) == ("interpreters", 2, 4)
     assert get(f"{lab.url}/stats").json()["server"]["interpreter_pool"] == 2
 
 
 @needs_interpreters
+def test_the_pool_s_interpreters_run_under_a_gil_of_their_own() -> None:
+    # What the timing trusts before it calls none of a run's blocked time the GIL's.
+    assert interp_worker.gil_is_own() is False  # the main interpreter's GIL is shared by its threads
+    with interp_worker.executor_class()(1) as pool:
+        assert pool.submit(interp_worker.gil_is_own).result() is True
+
+
+@needs_interpreters
 def test_a_workload_that_waits_and_bad_input(server: LabServer) -> None:
     body = get(f"{server.url}/interpreters/sleep?seconds=0.05").json()
     assert_envelope(body, "interpreters", "sleep")
-    assert body["timing"]["gil_wait_ms"] is None  # its blocked time is its own wait
+    # Blocked: its own wait, and none of it the GIL's (nobody else takes the interpreter's GIL).
+    assert body["timing"]["blocked_ms"] > body["timing"]["cpu_ms"] and body["timing"]["gil_wait_ms"] == 0
     assert_error(get(f"{server.url}/interpreters/count?n=-1"), 400, "n")
     assert get(f"{server.url}/interpreters/fib?n=10").json()["result"] == 55

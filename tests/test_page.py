@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +112,7 @@ def bars(page: Page) -> list[dict[str, str]]:
         "#timeline .request-bar",
         "bars => bars.map(b => ({pid: b.dataset.pid, thread: b.dataset.thread, status: b.dataset.status,"
         " run_ms: b.dataset.runMs, cpu_ms: b.dataset.cpuMs, core_wait_ms: b.dataset.coreWaitMs,"
-        " gil_wait_ms: b.dataset.gilWaitMs}))",
+        " blocked_ms: b.dataset.blockedMs, gil_wait_ms: b.dataset.gilWaitMs}))",
     )
     return drawn
 
@@ -145,9 +147,10 @@ def test_a_processing_race_uses_two_worker_processes(visit: Visit, lab: LabServe
     assert "makespan" in summary and "The ideal for this server is" in summary
     assert "own GIL" in summary
     assert "for the GIL" not in summary  # a worker process waits for cores, never for the GIL
-    # Each bar is split by its own timing: a process-pool worker's run has no GIL to wait for.
+    # Each bar is split by its own timing: a process-pool worker's GIL is its own, so none of its
+    # blocked time (if any) is drawn or told as the GIL's.
     for bar in drawn:
-        assert float(bar["gil_wait_ms"]) <= 0.1 * float(bar["run_ms"]) + 5, bar
+        assert float(bar["gil_wait_ms"]) == 0 and float(bar["blocked_ms"]) >= 0, bar
     assert page.locator("#ping-track").get_attribute("data-count") != "0"
     done(visit, "processing")
 
@@ -167,24 +170,22 @@ def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabSer
 
 def test_the_page_costs_its_browser_little_cpu_next_to_the_workers_it_watches(visit: Visit, lab: LabServer) -> None:
     # The browser shares the cores with the race it draws: it must not be a competitor worth
-    # mentioning (bench/page.py compares the page's ratios with the command line's).
+    # mentioning (bench/page.py compares the page's ratios with the command line's). It draws at
+    # most 5 times a second, so its cost is a rate: cores' worth of CPU while the race runs, which a
+    # busy machine does not raise (it stretches the race, and the browser's CPU seconds with it,
+    # while the workers' CPU seconds stay put: a share of theirs would grow with the load). Measured
+    # 0.056-0.060 of a core with 0-6 busy loops beside it, against the 10% of the cores the workers
+    # want (0.2 on 2 cores) asserted.
     chromium = next(p for p in psutil.Process().children(recursive=True) if p.name().startswith("chrom"))
-    # Up to 3 races: the browser's cost grows with the race's wall time, which a stalled shared
-    # host stretches while the workers' CPU seconds stay put. Noise only adds cost, so the best
-    # race is the honest figure; a page that really costs too much fails all three.
-    tries: list[dict[str, float]] = []
-    for _ in range(3):
-        assert settle(lambda: family(chromium), timeout=30)  # the page is idle: nothing else to draw
-        meters = Meters(lab.pid, chromium, psutil.Process(lab.pid))  # fresh: a meter counts from its first start
-        with meters.measuring() as used:
-            race(visit.page, "processing", "count", {"n": "30000000"}, 10)
-        print(f"CPU seconds during a page race: {used}")
-        assert used["workers_cpu_s"] > 0 and used["generator_cpu_s"] > 0
-        tries.append(used)
-        if used["browser_cpu_s"] < 0.10 * used["workers_cpu_s"]:
-            break
-    else:
-        pytest.fail(f"the browser used 10% or more of the workers' CPU in every race: {tries}")
+    assert settle(lambda: family(chromium), timeout=30)  # the page is idle: nothing else to draw
+    meters = Meters(lab.pid, chromium, psutil.Process(lab.pid))  # fresh: a meter counts from its first start
+    with meters.measuring() as used:
+        started = time.monotonic()
+        race(visit.page, "processing", "count", {"n": "30000000"}, 10)
+        wall_s = time.monotonic() - started
+    print(f"CPU seconds during a page race of {wall_s:.2f} s: {used}")
+    assert used["workers_cpu_s"] > 0 and used["generator_cpu_s"] > 0
+    assert used["browser_cpu_s"] / wall_s < 0.10 * (os.cpu_count() or 1), (wall_s, used)
     visit.assert_clean()
 
 
@@ -210,7 +211,9 @@ def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> N
     assert "holds the GIL" in summary
     assert re.search(r"it waited .*\(\d+%\) for the GIL", summary), summary  # the split, in words
     waited = sum(float(b["gil_wait_ms"]) for b in drawn)
-    assert waited > sum(float(b["cpu_ms"]) for b in drawn)  # ten threads took turns on one GIL
+    # Ten threads took turns on one GIL (six at a time, the pool): each blocked for it about five times as
+    # long as it computed; measured 2.1-5.0x for a burst of six with 0-6 busy loops beside it.
+    assert waited > sum(float(b["cpu_ms"]) for b in drawn)
     assert page.locator("#gil-track").get_attribute("data-core-max") != ""  # the core meter's line
     done(visit, "threading")
 

@@ -32,8 +32,12 @@ def test_ping_answers_while_threads_run(server: LabServer) -> None:
 
 def test_gil_bound_threads_take_turns_computing(server: LabServer) -> None:
     # Four threads of a pure-Python loop at once: the GIL lets one compute at a
-    # time, so together they computed no longer than the burst lasted, and each
-    # spent most of its run started but waiting. (More load only widens the gap.)
+    # time, so together they computed no longer than the burst lasted (20 ms for
+    # the clocks' grain; other load only lowers the sum), and each spent most of
+    # its run started but not computing: overlapping four at once, each computes
+    # about a quarter of its run. Measured at most 0.29 of it with 0-4 busy loops
+    # beside it, against the 0.75 asserted: a run would have to compute alone for
+    # most of its run, which the four runs' common start rules out.
     replies = get_many(copies(f"{server.url}/threading/count?n=10000000", 4))  # long beside arrival jitter
     timings = [r.json()["timing"] for r in replies]
     assert max_concurrency(run_intervals(replies)) == 4
@@ -43,6 +47,8 @@ def test_gil_bound_threads_take_turns_computing(server: LabServer) -> None:
 
 
 def test_a_sleep_takes_wall_time_but_no_cpu(server: LabServer) -> None:
+    # No sleep ends early, whatever the load; a sleeping thread uses microseconds of CPU (CPU time
+    # is only counted on a core, so a busy machine cannot add to it): 30 ms is 100x that.
     [reply] = get_many([f"{server.url}/threading/sleep?seconds=0.3"])
     timing = reply.json()["timing"]
     assert timing["run_ms"] >= 300 and timing["cpu_ms"] < 30

@@ -3,9 +3,12 @@
 A thread that has started a run is, at each moment, on a core (its CPU time),
 runnable with no core free (the run queue: `core_wait`), or blocked. Linux
 counts the first two per thread in /proc/<pid>/task/<tid>/schedstat: time on
-a CPU, then time waiting in the run queue, both in nanoseconds. For a thread
-running pure-Python code the blocked rest is the GIL; for a workload that
-waits (sleep) it is the wait itself, so no GIL share is claimed for those.
+a CPU, then time waiting in the run queue, both in nanoseconds; the rest of
+the wall time is `blocked`, on whatever blocked it. Only some of that can be
+named: for pure-Python code on a thread that shares its GIL with other
+threads it is the GIL; on a thread alone with its GIL (a process-pool worker,
+a sub-interpreter with a GIL of its own) none of it is; for a workload that
+waits (sleep) it is mostly the wait itself, so no GIL share is claimed there.
 """
 
 from __future__ import annotations
@@ -65,23 +68,46 @@ def process_core_wait() -> float | None:
 
 @dataclass(frozen=True)
 class Clocks:
-    """The CPU and run-queue clocks of whatever runs a job: one thread, or a whole process."""
+    """The CPU and run-queue clocks of whatever runs a job (one thread, or a whole process), and its GIL's company."""
 
     cpu: Callable[[], float]
     core_wait: Callable[[], float | None]
+    # Whether other threads take the GIL the job runs under (the event loop's, a thread pool's, a Dask
+    # worker's: its event loop and GIL meter are threads of that process), so its blocked time can be the GIL.
+    shared_gil: bool = True
 
 
 THREAD = Clocks(time.thread_time, thread_core_wait)
-# A process that runs one job at a time: its CPU and run-queue time are the job's.
-PROCESS = Clocks(time.process_time, process_core_wait)
+# A process that runs one job at a time: its CPU and run-queue time are the job's, and no other thread
+# computes there (its parent watcher wakes for microseconds every half second: lab/procs.py).
+PROCESS = Clocks(time.process_time, process_core_wait, shared_gil=False)
+# A thread alone in an interpreter with a GIL of its own (a sub-interpreter of the interpreters pool).
+OWN_GIL_THREAD = Clocks(time.thread_time, thread_core_wait, shared_gil=False)
 
 
-def split(run: float, cpu: float, core_wait: float | None, *, waits: bool) -> float | None:
-    """The GIL's share of `run`: what was neither computing nor waiting for a core.
+def blocked_time(run: float, cpu: float, core_wait: float | None) -> float | None:
+    """What of `run` was neither computing nor waiting for a core, never below 0; None without schedstat.
 
-    None where it cannot be told: no schedstat, no GIL, or a workload whose
-    blocked time is its own wait.
+    Blocked on anything: the GIL, a lock, a sleep, a page fault read from
+    disk, or on a virtual machine time its host ran someone else (a guest
+    kernel that accounts steal time counts it as neither CPU nor run queue).
     """
-    if core_wait is None or waits or not gil_enabled():
+    if core_wait is None:
         return None
     return max(0.0, run - cpu - core_wait)
+
+
+def gil_part(blocked: float | None, *, waits: bool, shared_gil: bool) -> float | None:
+    """The part of `blocked` that was the GIL, where that can be told; None where it cannot.
+
+    All of it for a thread that shares its GIL, since nothing else stops a
+    runnable thread of pure-Python code; 0 for one alone with its GIL, which
+    nobody else takes. None with no GIL (a free-threaded interpreter), without
+    a reading, or for a workload that waits on a thread that shares its GIL
+    (the blocked time is mostly its own wait: the two cannot be told apart).
+    """
+    if blocked is None or not gil_enabled():
+        return None
+    if not shared_gil:
+        return 0.0
+    return None if waits else blocked

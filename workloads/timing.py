@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
-from workloads.clocks import THREAD, Clocks, split
+from workloads.clocks import THREAD, Clocks, blocked_time, gil_part
 
 
 class RunRecord(TypedDict):
@@ -28,8 +28,11 @@ class RunRecord(TypedDict):
     cpu: float | None
     # Seconds it was runnable but had no core (schedstat's run queue); None where not measured.
     core_wait: float | None
-    # Seconds it was neither computing nor waiting for a core, on a thread of a
-    # process with a GIL: waiting for the GIL (workloads/clocks.py); None where not told.
+    # Seconds it was neither computing nor waiting for a core: blocked, on whatever blocked it
+    # (the GIL, a lock, its own wait, the host); None where not measured (workloads/clocks.py).
+    blocked: float | None
+    # The part of `blocked` that was the GIL: all of it on a thread that shares its GIL, 0 on one
+    # alone with its own; None where that cannot be told (no GIL, a workload that waits, no reading).
     gil_wait: float | None
     # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
     address: NotRequired[str]
@@ -40,11 +43,11 @@ class RunRecord(TypedDict):
 def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, clocks: Clocks = THREAD) -> RunRecord:
     """Call `func(**params)`, timing it here, where it runs: wall, CPU and run-queue time.
 
-    The rest of the wall time the run was blocked, which for pure-Python code
-    on a thread is the GIL (None for a workload whose blocked time is its own
-    wait: `waits`). The clocks are the thread's by default (threads share
-    their process); a process that runs one job at a time passes PROCESS, so
-    that BLAS threads count too.
+    The rest of the wall time the run was blocked; for pure-Python code on a
+    thread that shares its GIL that is the GIL (workloads/clocks.py). The
+    clocks are the thread's by default (threads share their process and its
+    GIL); a process that runs one job at a time passes PROCESS, so that BLAS
+    threads count too, and a sub-interpreter OWN_GIL_THREAD.
     """
     queued = clocks.core_wait()
     cpu = clocks.cpu()
@@ -54,6 +57,7 @@ def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, 
     cpu = clocks.cpu() - cpu
     after = clocks.core_wait()
     core_wait = None if queued is None or after is None else max(0.0, after - queued)
+    blocked = blocked_time(finished - started, cpu, core_wait)
     return {
         "result": result,
         "pid": os.getpid(),
@@ -62,7 +66,8 @@ def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, 
         "finished": finished,
         "cpu": cpu,
         "core_wait": core_wait,
-        "gil_wait": split(finished - started, cpu, core_wait, waits=waits),
+        "blocked": blocked,
+        "gil_wait": gil_part(blocked, waits=waits, shared_gil=clocks.shared_gil),
     }
 
 
@@ -76,5 +81,6 @@ def waited(result: Any, started: float) -> RunRecord:
         "finished": time.time(),
         "cpu": None,
         "core_wait": None,
+        "blocked": None,
         "gil_wait": None,
     }

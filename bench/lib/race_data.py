@@ -139,11 +139,13 @@ class Summary:
     # answered runs' median CPU time as t), and the makespan over it: unmoved by the host's speed.
     cpu_ideal_s: float | None = None
     cpu_ratio: float | None = None
-    # Where the answered runs' time went, as shares of their summed run time (timing's three-way
-    # split): computing (1.0: every run computed all the time it was started), waiting for a core
-    # (the run queue), waiting for the GIL. None where the envelopes do not say.
+    # Where the answered runs' time went, as shares of their summed run time (timing's split):
+    # computing (1.0: every run computed all the time it was started), waiting for a core (the run
+    # queue), blocked, and the part of blocked that was the GIL (0 where each run's GIL is its own).
+    # None where the envelopes do not say.
     cpu_share: float | None = None
     core_wait_share: float | None = None
+    blocked_share: float | None = None
     gil_wait_share: float | None = None
     # The server's GIL contention and core wait as the /ping probes saw them (None where not measured).
     gil_p50: float | None = None
@@ -259,6 +261,7 @@ def _from_envelopes(ok: list[Response]) -> dict[str, Any]:
         "spread": spread_of([body["server"]["pid"] for body in bodies]),
         "cpu_share": share_of(timings, "cpu_ms"),
         "core_wait_share": share_of(timings, "core_wait_ms"),
+        "blocked_share": share_of(timings, "blocked_ms"),
         "gil_wait_share": share_of(timings, "gil_wait_ms"),
     }
 

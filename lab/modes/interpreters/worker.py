@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, cast
 
+from workloads.clocks import OWN_GIL_THREAD, THREAD
 from workloads.timing import RunRecord, time_call
 
 BACKPORT = "interpreters-pep-734"
@@ -65,6 +66,23 @@ def interpreter_id() -> int:
     return int(interpreters.get_current().id)
 
 
+@cache
+def gil_is_own() -> bool:
+    """Whether this sub-interpreter runs under a GIL of its own (PEP 684), as its config says.
+
+    The pool's interpreters are made with the default config, which gives
+    each its own GIL, and each runs one job at a time on one thread: nothing
+    else takes that GIL, so a run's blocked time there is something else.
+    False in the main interpreter, or where the config cannot be read.
+    """
+    try:
+        low_level = importlib.import_module("_interpreters")  # the backport installs one on 3.12
+        current = low_level.get_current()[0]
+        return bool(current != low_level.get_main()[0] and low_level.get_config(current).gil == "own")
+    except (ImportError, AttributeError):
+        return False
+
+
 def run(func: Callable[..., Any], params: dict[str, Any], waits: bool) -> RunRecord:
     """Run one workload here, in a sub-interpreter, timed on this thread.
 
@@ -72,7 +90,7 @@ def run(func: Callable[..., Any], params: dict[str, Any], waits: bool) -> RunRec
     the pool's OS thread, but this interpreter only knows it by its native id;
     the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
-    record = time_call(func, params, waits=waits)
+    record = time_call(func, params, waits=waits, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
     record["thread"] = str(threading.get_native_id())
     record["interpreter"] = interpreter_id()
     return record

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from lab.modes.upstream import UPSTREAM
 from lab.modes.upstream.client import DEFAULT_IDLE_S, Upstream
+from lab.modes.upstream.settings import UPSTREAM_CLIENT, UPSTREAM_IDLE, UPSTREAM_TIMEOUT
 from lab.web.descriptors import DescriptorBudget, open_files_limit
 from workloads.registry import await_timed
 from workloads.timing import RunRecord, waited
@@ -27,7 +28,9 @@ class AsyncRunner:
     """Awaits the upstream: one thread, the event loop's, holds every pending call at once."""
 
     inline = False
-    settings = ()  # its flags, --upstream*, are the server's: lab/serve/main.py starts the embedded upstream
+    # How it calls the upstream; where the upstream is (--upstream) is the server's to say, as
+    # lab/serve/main.py starts the embedded one before any fork.
+    settings = (UPSTREAM_CLIENT, UPSTREAM_TIMEOUT, UPSTREAM_IDLE)
 
     def __init__(
         self,
@@ -56,10 +59,10 @@ class AsyncRunner:
         return cls(
             mode,
             config.upstream,
-            config.upstream_client,
-            config.upstream_timeout,
+            config[UPSTREAM_CLIENT],
+            config[UPSTREAM_TIMEOUT],
             processes=config.process_count,
-            idle=config.upstream_idle,
+            idle=config[UPSTREAM_IDLE],
         )
 
     async def start(self) -> None:

@@ -49,6 +49,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "sleep": {"seconds": 0.15},
     # Its computing, which is what holds the GIL (its waiting lets go: tests/test_mix.py measures that too).
     "mix": {"compute_ms": 150.0, "wait_ms": 0.0},
+    # Its render, which holds the GIL (its query on SQLite lets go: tests/test_page_workload.py).
+    "page": {"rows": 10_000, "db_ms": 0.0},
 }
 SWITCH_INTERVAL = 0.25
 # How long the probe lets go of the GIL: time for the worker to get a core and take it.

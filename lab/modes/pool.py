@@ -139,12 +139,16 @@ class PoolRunner:
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
+        # Where `page` queries (config.database), for pools whose workers open their own connections.
+        self.database: str | None = None
 
     @classmethod
     def from_config(cls, mode: str, config: ServerConfig) -> Self:
         if cls.size_setting is None:
             raise TypeError(f"{cls.__name__} has no size_setting: it must build itself from the config")
-        return cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
+        runner = cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
+        runner.database = config.database
+        return runner
 
     @property
     def executor(self) -> Executor:

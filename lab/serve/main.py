@@ -27,6 +27,8 @@ from tornado.web import Application
 
 from lab import collector, logs
 from lab.config import Config, parse_args
+from lab.database import EmbeddedDatabase
+from lab.database import preflight as database_preflight
 from lab.instruments.stats import Board
 from lab.modes.registry import preflight
 from lab.modes.upstream.client import UPSTREAM_IDLE_MARGIN_S
@@ -129,7 +131,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
     logs.configure()
-    problem = preflight(config)
+    problem = preflight(config) or (database_preflight(config.database) if config.database else None)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -151,6 +153,9 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     upstream = None if config.upstream else EmbeddedUpstream.start(idle_timeout=upstream_idle)
     if upstream is not None:  # from here on, /async's upstream is this one, as if given with --upstream
         config = dataclasses.replace(config, upstream=upstream.url)
+    embedded = None if config.database else EmbeddedDatabase.start()
+    if embedded is not None:  # and `page` queries this file, as if given with --database
+        config = dataclasses.replace(config, database=embedded.url)
     parent = os.getpid()
     base_url = _base_url(config.host, port)
     policy = f", accept policy {config.accept}" if config.forked else ""
@@ -171,6 +176,8 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     finally:
         if os.getpid() == parent and upstream is not None:
             upstream.stop()
+        if os.getpid() == parent and embedded is not None:
+            embedded.stop()
     if not finished:
         # A pool thread is still running an abandoned job and the interpreter
         # would join it at exit; the grace period is over, so go now.

@@ -21,9 +21,14 @@ from lab.modes.registry import MODES, build_runners
 from lab.web.hosts import AllowedHosts
 from lab.web.lifecycle import Lifecycle
 from workloads.clocks import gil_enabled
+from workloads.page import database
 from workloads.registry import WORKLOADS
 
 log = logging.getLogger(__name__)
+
+# Connections a server process may open to a PostgreSQL --database, each pool of its own (the threads', the
+# event loop's): opened as queries need them, one at start; enough for a thread pool of the largest default.
+DATABASE_CONNECTIONS = 40
 
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
@@ -70,6 +75,9 @@ class Services:
 
     @classmethod
     async def start(cls, config: Config, base_url: str, task_id: int | None, board: Board) -> Services:
+        # `page` in this process (the event loop, its threads, its awaited queries) queries here, on
+        # connections this process opens (workloads/page/database.py), never its parent's.
+        database.use(config.database, DATABASE_CONNECTIONS)
         runners = build_runners(config)
         try:
             for runner in runners.values():
@@ -77,6 +85,7 @@ class Services:
         except BaseException:  # cancelled by a stop signal during start-up, or failed
             for runner in runners.values():
                 await runner.close(wait=False)
+            await database.aclose()
             raise
         # A child replacing a dead one inherits its slot: its totals and a restart.
         previous = board.read(task_id or 0)
@@ -189,4 +198,5 @@ class Services:
         self.gil.stop()
         for runner in self.runners.values():
             await runner.close(wait)
+        await database.aclose()
         self.publish()

@@ -68,7 +68,8 @@ class InterpreterRunner(PoolRunner):
         return None if unavailable() is not None else super().ready_note()
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        future = asyncio.get_running_loop().run_in_executor(self.executor, run, WORKLOADS[workload].func, params)
+        func = WORKLOADS[workload].func
+        future = asyncio.get_running_loop().run_in_executor(self.executor, run, func, params, self.database)
         # The gate hands the pool no more jobs than it has interpreters, so a
         # free one takes this job now; which one, the record says afterwards.
         self._started(job_id, None)

@@ -37,5 +37,5 @@ MODE = Mode(
     summary="as async I/O",
     workload=UPSTREAM,
     params=ASYNC_PARAMS,
-    awaits=("mix",),
+    awaits=("mix", "page"),
 )

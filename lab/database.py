@@ -34,7 +34,8 @@ def database_url(text: str) -> str:
     try:
         conninfo_to_dict(text)
     except Exception as error:  # psycopg.ProgrammingError, or whatever its parser raises: the URL is bad
-        raise argparse.ArgumentTypeError(f"{shown(text)!r} does not parse as a PostgreSQL URL: {error}") from None
+        why = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise argparse.ArgumentTypeError(f"{shown(text)!r} does not parse as a PostgreSQL URL: {why}") from None
     return text
 
 

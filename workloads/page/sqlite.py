@@ -4,9 +4,10 @@ SQLite has no sleep: it runs inside the process that queries it. So that a
 query takes `db_ms` inside the database, it first counts through a recursive
 CTE, in SQLite's C code, for about `db_ms` of CPU time; CPython's sqlite3
 releases the GIL for each step of a statement (sqlite3_step), so this part
-of the query computes without the GIL (tests/test_page.py measures it). The
-count is sized from what this process's earlier queries took (a rate, kept
-up to date), so it follows the host's speed; the envelope's `cpu_ms` says
+of the query computes without the GIL (tests/test_page_workload.py measures
+it). The count is sized from the speed this process measured (a count it
+times before its first query, then each query's own), so it follows the
+host's speed; the envelope's `cpu_ms` says
 what it really took. Nothing waits: on SQLite `io_wait_ms` is 0.
 """
 
@@ -24,8 +25,8 @@ SELECT {", ".join(COLUMNS)} FROM {TABLE}
 WHERE id <= :rows AND (SELECT max(i) FROM burn) >= 0
 ORDER BY id
 """
-# The first guess of the CTE's speed (steps per CPU second), before this process has measured it.
-FIRST_RATE = 2_000_000.0
+# The count a process first times, to learn the CTE's speed (steps per CPU second) before its first query.
+CALIBRATION_STEPS = 50_000
 # How much each query's measurement moves the rate: enough to follow the host, not every hiccup.
 LEARN = 0.3
 # A count shorter than this CPU time measures the clock more than the database: not learnt from.
@@ -50,7 +51,7 @@ class SqliteDatabase:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.rate = FIRST_RATE
+        self.rate: float | None = None  # learnt on first use, in the process that queries
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -68,13 +69,21 @@ class SqliteDatabase:
 
     def query(self, count: int, db_ms: float) -> list[Row]:
         """The first `count` rows, after about `db_ms` of CPU inside SQLite."""
+        conn = self._connection()
+        if self.rate is None:
+            self.rate = CALIBRATION_STEPS / max(1e-6, self._count(conn, CALIBRATION_STEPS, 0)[0])
         burn = int(self.rate * db_ms / 1000)
-        start = time.thread_time()
-        cursor = self._connection().execute(QUERY, {"burn": burn, "rows": count})  # the first step: the count
-        spent = time.thread_time() - start
+        spent, cursor = self._count(conn, burn, count)
         if spent > LEARN_ABOVE_S:
             self.rate += LEARN * (burn / spent - self.rate)
         return [tuple(found) for found in cursor.fetchall()]
+
+    @staticmethod
+    def _count(conn: sqlite3.Connection, burn: int, count: int) -> tuple[float, sqlite3.Cursor]:
+        """Run the query (its first step counts `burn` steps): the thread's CPU seconds it took, and its cursor."""
+        start = time.thread_time()
+        cursor = conn.execute(QUERY, {"burn": burn, "rows": count})
+        return time.thread_time() - start, cursor
 
     def close(self) -> None:
         with self._lock:

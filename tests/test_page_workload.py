@@ -14,11 +14,13 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
 from lab import ROOT
+from lab.modes.interpreters.runner import unavailable_inside
 from lab.modes.registry import MODES
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
@@ -176,3 +178,12 @@ def test_sqlite_lets_go_of_the_gil_while_it_queries_and_the_render_holds_it() ->
     # code, inside one sqlite3_step, which CPython runs with the GIL released.
     assert gil_wait("page", params={"rows": 1, "db_ms": 150.0}) < RELEASES_BELOW
     assert gil_wait("page", params={"rows": 10_000, "db_ms": 0.0}) > HOLDS_ABOVE
+
+
+def test_a_database_gone_inside_a_sub_interpreter_is_still_a_503() -> None:
+    # ExecutionFailed carries the type's name and message out of the interpreter, not the exception itself.
+    failed = Exception("ExecutionFailed")
+    failed.excinfo = SimpleNamespace(type=SimpleNamespace(__name__="Unavailable"), msg="the database is unavailable")  # type: ignore[attr-defined]
+    gone = unavailable_inside(failed)
+    assert gone is not None and str(gone) == "the database is unavailable"
+    assert unavailable_inside(ValueError("other")) is None

@@ -5,13 +5,20 @@ long, and the client waits on its socket meanwhile (psycopg releases the
 GIL while it waits). The whole query, from taking a connection to the last
 row, is timed as waiting on purpose (workloads/waits.py), less what the
 thread computed or queued for a core meanwhile (psycopg reading the rows).
-The event loop's queries run on an asyncio pool of the same process.
+The event loop's queries run on an asyncio pool of the same process; a
+sub-interpreter, where psycopg_pool cannot start its daemon threads (and
+psycopg's C extension does not load: its pure-Python libpq wrapper does),
+keeps one connection instead.
 A database that refuses, or a pool with no connection to give within
 POOL_TIMEOUT_S, is `Unavailable` (the server answers 503).
 """
 
 from __future__ import annotations
 
+import _thread
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -51,6 +58,38 @@ def _params(count: int, db_ms: float) -> dict[str, Any]:
     return {"sleep": db_ms / 1000, "rows": count}
 
 
+def daemon_threads_allowed() -> bool:
+    """False in a sub-interpreter, which refuses daemon threads (psycopg_pool's workers are daemon threads)."""
+    check = getattr(_thread, "daemon_threads_allowed", None)  # Python 3.12+
+    return True if check is None else bool(check())
+
+
+class OneConnection:
+    """A pool's `connection()` for a sub-interpreter, where psycopg_pool cannot start its threads: the
+    interpreter runs one job at a time, so one connection, opened on first use and again after it broke."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+            try:
+                yield self._conn
+            except psycopg.Error:
+                self.close()  # (a broken connection, or one in an unknown state: the next query opens another)
+                raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
 class PostgresDatabase:
     """A pool of connections in this process (and, for the event loop, an asyncio pool beside it)."""
 
@@ -60,9 +99,13 @@ class PostgresDatabase:
         self.url = url
         self.connections = connections
         kwargs = {"connect_timeout": CONNECT_TIMEOUT_S}
-        self.pool = ConnectionPool(url, min_size=1, max_size=connections, timeout=POOL_TIMEOUT_S, kwargs=kwargs,
-                                   check=ConnectionPool.check_connection, open=False, num_workers=1)  # fmt: skip
-        self.pool.open(wait=False)  # connects in the background: a database down now is a 503 later, not a crash
+        self.pool: ConnectionPool | OneConnection
+        if daemon_threads_allowed():
+            self.pool = ConnectionPool(url, min_size=1, max_size=connections, timeout=POOL_TIMEOUT_S, kwargs=kwargs,
+                                       check=ConnectionPool.check_connection, open=False, num_workers=1)  # fmt: skip
+            self.pool.open(wait=False)  # connects in the background: a database down now is a 503 later, not a crash
+        else:
+            self.pool = OneConnection(url)
         self._async: AsyncConnectionPool | None = None
 
     def query(self, count: int, db_ms: float) -> list[Row]:

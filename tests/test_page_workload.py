@@ -8,6 +8,7 @@ again to see requests get 503 while it is gone and pages once it is back.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from types import SimpleNamespace
 import psycopg
 import pytest
 
+import peers.app
 from lab import ROOT
 from lab.modes.interpreters.runner import unavailable_inside
 from lab.modes.registry import MODES
@@ -27,7 +29,8 @@ from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_
 from tests.lab_server import LabServer, Reply, copies, get, get_many
 from tests.postgres import PostgresCluster, cluster
 from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, gil_wait
-from workloads.page import summary
+from workloads.page import database, summary
+from workloads.page.errors import Unavailable
 from workloads.page.seed import rows
 
 pytestmark = pytest.mark.timeout(300)  # a Dask cluster and a PostgreSQL cluster start on a busy machine
@@ -187,3 +190,23 @@ def test_a_database_gone_inside_a_sub_interpreter_is_still_a_503() -> None:
     gone = unavailable_inside(failed)
     assert gone is not None and str(gone) == "the database is unavailable"
     assert unavailable_inside(ValueError("other")) is None
+
+
+def test_the_peers_wsgi_app_serves_page_and_a_503_when_its_database_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[tuple[str, dict[str, str]]] = []
+
+    def call(query: str) -> dict[str, object]:
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/wsgi/page", "QUERY_STRING": query}
+        body = b"".join(peers.app.application(environ, lambda status, headers: answers.append((status, dict(headers)))))
+        answer: dict[str, object] = json.loads(body)
+        return answer
+
+    assert call("rows=7&db_ms=1")["result"] == expected(7, "sqlite")  # this process's embedded SQLite (conftest)
+
+    def gone() -> None:
+        raise Unavailable("the database is unavailable (gone); retry")
+
+    monkeypatch.setattr(database, "current", gone)
+    assert "unavailable" in str(call("rows=7"))
+    status, headers = answers[-1]
+    assert status.startswith("503") and headers["Retry-After"] == "2"

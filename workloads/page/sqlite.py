@@ -71,7 +71,8 @@ class SqliteDatabase:
         """The first `count` rows, after about `db_ms` of CPU inside SQLite."""
         conn = self._connection()
         if self.rate is None:
-            self.rate = CALIBRATION_STEPS / max(1e-6, self._count(conn, CALIBRATION_STEPS, 0)[0])
+            # One row: with none to look at, SQLite would never evaluate the count (the WHERE's other half).
+            self.rate = CALIBRATION_STEPS / max(1e-6, self._count(conn, CALIBRATION_STEPS, 1)[0])
         burn = int(self.rate * db_ms / 1000)
         spent, cursor = self._count(conn, burn, count)
         if spent > LEARN_ABOVE_S:

@@ -113,7 +113,7 @@ class PostgresDatabase:
         try:
             with waiting(), self.pool.connection() as conn:
                 return conn.execute(QUERY, _params(count, db_ms)).fetchall()
-        except (psycopg.OperationalError, PoolTimeout) as error:
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
             raise Unavailable(_why(error)) from None
 
     async def aquery(self, count: int, db_ms: float) -> list[Row]:
@@ -130,7 +130,7 @@ class PostgresDatabase:
                 async with pool.connection() as conn:
                     cursor = await conn.execute(QUERY, _params(count, db_ms))
                     return await cursor.fetchall()
-        except (psycopg.OperationalError, PoolTimeout) as error:
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as error:
             raise Unavailable(_why(error)) from None
 
     def close(self) -> None:

@@ -9,12 +9,14 @@ again to see requests get 503 while it is gone and pages once it is back.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 
 import psycopg
@@ -22,6 +24,7 @@ import pytest
 
 import peers.app
 from lab import ROOT
+from lab.database import sweep
 from lab.modes.interpreters.runner import unavailable_inside
 from lab.modes.registry import MODES
 from tests.conftest import StartServer
@@ -223,3 +226,13 @@ def test_sqlite_times_its_count_before_its_first_query(page_database: str) -> No
     assert time.thread_time() - start < 1.0
     assert db.rate is not None and db.rate > 0
     db.close()
+
+
+def test_a_server_killed_outright_leaves_its_sqlite_for_the_next_start_to_remove(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    (tmp_path / f"lab-page-{dead}-abc").mkdir()  # a server that got SIGKILL: no stop() removed it
+    (tmp_path / f"lab-page-{os.getpid()}-def").mkdir()  # a live one's
+    (tmp_path / "lab-page-other").mkdir()  # not named for a pid: not ours to judge
+    sweep(str(tmp_path))
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"lab-page-{os.getpid()}-def", "lab-page-other"]

@@ -21,6 +21,10 @@ gil     /ping during ten GIL-bound /threading/count?n=--gil-load requests
 accept  Two forked labs of its own (--processes 2), --accept dispatch and
         --accept all: ab -i (HEAD /ping, a new connection each), requests per
         second, dispatch / all. Not with --url.
+instruments  Each of the lab's instruments alone, in this process
+        (bench/lib/meters.py): microseconds per call of the clocks, a
+        schedstat read, the core and GIL meters, the board, the counters, the
+        occupancy, a request's life, the envelope.
 
 A route the lab cannot serve (interpreters before Python 3.12) is skipped
 with a line saying why. Writes overhead.json and overhead.md under
@@ -47,11 +51,12 @@ from bench.lib.alternate import alternate
 from bench.lib.args import NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, URL
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.convoy import convoy
+from bench.lib.meters import instrument_costs
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
-PARTS = ("hops", "gil", "accept")
+PARTS = ("hops", "gil", "accept", "instruments")
 SIDES = ("floor", "lab")
 POLICIES = ("all", "dispatch")
 
@@ -113,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if {"hops", "accept"} & set(args.parts):
         need_ab("bench.overhead")
-    return run_command(lambda: measure(args, sys.argv if argv is None else ["bench.overhead", *argv]))
+    command = "python -m bench.overhead " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return run_command(lambda: measure(args, command.strip()))
 
 
 def progress(row: dict[str, Any]) -> None:
@@ -122,15 +128,17 @@ def progress(row: dict[str, Any]) -> None:
     print(f"round {row['round']} {row['side']:<8} {what} c={row.get('concurrency', '-')} {shown}", file=sys.stderr)
 
 
-def measure(args: argparse.Namespace, argv: Sequence[str]) -> None:
+def measure(args: argparse.Namespace, command: str) -> None:
     """The lab (its own or --url's) and the floor beside it, then the forked labs; the tables and files."""
-    doc: dict[str, Any] = {"command": shlex.join(argv), "url": args.url, "parts": args.parts, "rounds": args.rounds}
+    doc: dict[str, Any] = {"command": command, "url": args.url, "parts": args.parts, "rounds": args.rounds}
     if {"hops", "gil"} & set(args.parts):
         beside_the_floor(args, doc)
     if "accept" in args.parts and args.url:
         doc.setdefault("skipped", []).append("accept: it starts forked labs of its own, not with --url")
     elif "accept" in args.parts:  # once the lab and the floor have stopped: the forked labs get the machine
         doc["accept"] = accept(args)
+    if "instruments" in args.parts:
+        doc["instruments"] = instrument_costs()
     doc["machine"] = machine_facts(None)
     doc["summaries"] = summaries(doc)
     print("\n".join(report_lines(doc)))
@@ -153,7 +161,8 @@ def beside_the_floor(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         floor, floor_pid = stack.enter_context(floor_server(Path(tmp), flags))
         servers = {"lab": (base, pids), "floor": (floor, [floor_pid])}
         if "hops" in args.parts:
-            doc["hops"] = hops(args, targets, servers)
+            doc["warmups"] = []
+            doc["hops"] = hops(args, targets, servers, doc["warmups"])
         if "gil" in args.parts:
             path = f"/threading/count?n={args.gil_load}"
             doc["gil"] = alternate([path], SIDES, args.rounds, lambda p, side: gil_round(args, servers[side][0], p),
@@ -161,13 +170,17 @@ def beside_the_floor(args: argparse.Namespace, doc: dict[str, Any]) -> None:
 
 
 def hops(
-    args: argparse.Namespace, targets: Sequence[Target], servers: dict[str, tuple[str, list[int]]]
+    args: argparse.Namespace,
+    targets: Sequence[Target],
+    servers: dict[str, tuple[str, list[int]]],
+    warmups: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Every target at every concurrency on both sides, alternating, after an unmeasured batch each."""
+    """Every target at every concurrency on both sides, alternating, after an unmeasured batch each (`warmups`)."""
     items = [(target, c) for target in targets for c in args.concurrency]
-    for target in targets:
-        for base, _ in servers.values():
-            ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+    for target in targets:  # unmeasured: pools, connections and caches warm on both sides
+        for side, (base, _) in servers.items():
+            warm = ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+            warmups.append({"side": side, "route": target.route, "requests": warm.requests})
 
     def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
         (target, c), (base, pids) = item, servers[side]

@@ -160,6 +160,7 @@ def summaries(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "hops": hop_summary(doc.get("hops", [])),
         "gil": gil_summary(doc.get("gil", [])),
         "accept": accept_summary(doc.get("accept", [])),
+        "instruments": list(doc.get("instruments", [])),
     }
 
 
@@ -185,6 +186,7 @@ ACCEPT_COLUMNS = (
     Column("all_per_s", "all req/s", "{:.0f}"), Column("dispatch_per_s", "dispatch req/s", "{:.0f}"),
     RATIOS, Column("ratio", "dispatch/all"), Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
+INSTRUMENT_COLUMNS = (Column("instrument", "instrument", "{}"), Column("us_per_call", "µs per call"))
 TITLES = {
     "hops": (
         "hops: µs per request (wall time over the batch), median over the rounds; lab/floor per round",
@@ -192,6 +194,7 @@ TITLES = {
     ),
     "gil": ("gil: /ping during ten GIL-bound /threading requests", GIL_COLUMNS),
     "accept": ("accept: HEAD /ping, a new connection each, --processes 2", ACCEPT_COLUMNS),
+    "instruments": ("instruments: each alone, in the bench's own process", INSTRUMENT_COLUMNS),
 }
 
 

@@ -153,13 +153,18 @@ class Services:
         self.board.write(self.task_id or 0, self.snapshot())
 
     def _publish_request(self, active: int) -> None:
-        """After a request: publish now, or, in a burst that was just published, once the burst allows.
+        """After a request, in a forked child: publish now, or, in a burst just published, once the burst allows.
 
         The last request in flight always publishes at once: an idle process
         has nothing to batch, and a client that has all its answers must find
-        every one of them in /stats (bench/siege.sh's spread is a difference
-        of two readings).
+        every one of them in /stats, whichever child answers it
+        (bench/siege.sh's spread is a difference of two readings). A server of
+        one process has no sibling to read its slot: its /stats and /metrics
+        publish it themselves before they read, so a request's end costs it
+        no write (a whole snapshot in JSON, about a tenth of a millisecond).
         """
+        if not self.config.forked:
+            return
         wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
         if wait <= 0 or not active:
             self.publish()

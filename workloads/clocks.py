@@ -93,14 +93,15 @@ def thread_core_wait() -> float | None:
     return None if stat is None else stat[1]
 
 
-def threads_schedstat() -> dict[str, tuple[float, float]] | None:
-    """On-CPU and run-queue seconds so far of each of this process's live threads, by thread id."""
+def threads_schedstat(tasks: str = TASKS) -> dict[str, tuple[float, float]] | None:
+    """On-CPU and run-queue seconds so far of each live thread of this process (or the one whose `tasks`
+    folder, /proc/PID/task, is given), by thread id."""
     try:
-        tids = os.listdir(TASKS)
+        tids = os.listdir(tasks)
     except OSError:
         return None
     # A thread may end between listing and reading: it is left out.
-    stats = {tid: stat for tid in tids if (stat := _schedstat(f"{TASKS}/{tid}/schedstat")) is not None}
+    stats = {tid: stat for tid in tids if (stat := _schedstat(f"{tasks}/{tid}/schedstat")) is not None}
     return stats or None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from lab.config import Config
-from lab.instruments.cores import CoreMeter
+from lab.instruments.cores import CoreWatch
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
 from lab.machine import cpu_count
@@ -52,9 +52,10 @@ class Services:
     # This process's GIL contention over the last PUBLISH_EVERY_MS (None: not measured).
     gil: GilMeter = field(default_factory=GilMeter)
     gil_contention: float | None = None
-    # Over the same window, the run-queue share of its threads' runnable time: starved
-    # cores, which the GIL meter alone would read as contention (lab/instruments/cores.py).
-    cores: CoreMeter = field(default_factory=CoreMeter)
+    # Over about the same window, the run-queue share of its threads' runnable time: starved
+    # cores, which the GIL meter alone would read as contention (lab/instruments/cores.py: read
+    # by a watcher process, so that this one makes no system call per thread for it).
+    cores: CoreWatch = field(default_factory=CoreWatch)
     core_wait: float | None = None
     lifecycle: Lifecycle = field(init=False)
     # The names it answers to (the Host check, the race's Origin check).
@@ -90,6 +91,7 @@ class Services:
             restarts=previous["restarts"] + 1 if previous else 0,
         )
         services.gil.start()
+        services.cores.start()
         services.publish()
         services._publisher = PeriodicCallback(services._tick, PUBLISH_EVERY_MS)
         services._publisher.start()
@@ -192,6 +194,7 @@ class Services:
         if self._publisher is not None:
             self._publisher.stop()
         self.gil.stop()
+        self.cores.stop()
         for runner in self.runners.values():
             await runner.close(wait)
         self.publish()

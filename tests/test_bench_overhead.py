@@ -30,7 +30,12 @@ def run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess[st
 
 def test_the_sides_alternate_and_swap_places_each_round() -> None:
     seen: list[tuple[str, str]] = []
-    rows = alternate(["a", "b"], ("floor", "lab"), 3, lambda item, side: seen.append((item, side)) or {"item": item})
+
+    def measure(item: str, side: str) -> dict[str, str]:
+        seen.append((item, side))
+        return {"item": item}
+
+    rows = alternate(["a", "b"], ("floor", "lab"), 3, measure)
     order = [(r["round"], r["item"], r["side"]) for r in rows]
     assert order == [
         (1, "a", "floor"), (1, "a", "lab"), (1, "b", "floor"), (1, "b", "lab"),

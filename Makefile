@@ -87,9 +87,9 @@ compare: peers
 	@scripts/system-deps.sh siege
 	$(BIN)/python -m bench.compare $(ARGS)
 
-## system-deps: siege and chromium from apt, when missing
+## system-deps: siege, chromium, postgresql and ab (apache2-utils) from apt, when missing
 system-deps:
-	@scripts/system-deps.sh siege chromium postgresql
+	@scripts/system-deps.sh siege chromium postgresql ab
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -167,8 +167,9 @@ class PoolRunner:
         try:
             # The deadline counts from the moment a worker starts the job: a
             # worker still starting up (a replaced pool) is not the job's fault.
-            either: list[asyncio.Future[Any]] = [job, record.started]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not record.started.done():
+                either: list[asyncio.Future[Any]] = [job, record.started]
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
         except TimeoutError:
             self.counts["timed_out"] += 1
@@ -239,7 +240,8 @@ class PoolRunner:
         """A worker (pid or thread; None: not known yet) has begun job `job_id`: its deadline starts now."""
         job = self._running.get(job_id)
         if job is not None and not job.started.done():
-            job.worker = worker
+            if worker is not None:  # (None: not known yet; a thread may have written its name itself)
+                job.worker = worker
             job.started.set_result(time.time())
 
     def on_timeout(self, job_id: int) -> None:

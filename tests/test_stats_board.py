@@ -63,9 +63,9 @@ def test_a_document_too_large_for_a_slot_is_refused() -> None:
         Board(1).write(0, {"x": "y" * SLOT_BYTES})
 
 
-def _services(board: Board) -> Services:
-    return Services(config=Config(access_log=False), base_url="", runners={}, task_id=None, board=board,
-                    requests=RequestStats())  # fmt: skip
+def _services(board: Board, processes: int = 2) -> Services:
+    return Services(config=Config(access_log=False, processes=processes), base_url="", runners={}, task_id=None,
+                    board=board, requests=RequestStats())  # fmt: skip
 
 
 def _blocking_request(services: Services) -> RequestLife:
@@ -82,7 +82,7 @@ def _board_count(board: Board) -> int:
 
 def test_the_last_request_in_flight_reaches_the_board_at_once() -> None:
     async def scenario() -> None:
-        board = Board(1)
+        board = Board(1)  # the slot of a forked child: its parent and siblings read it
         services = _services(board)
         services.publish()  # a moment ago: the next request's end falls inside the burst window
         _blocking_request(services).end(200)
@@ -94,5 +94,18 @@ def test_the_last_request_in_flight_reaches_the_board_at_once() -> None:
         assert _board_count(board) == 1
         last.end(200)
         assert _board_count(board) == 3
+
+    asyncio.run(scenario())
+
+
+def test_an_unforked_server_writes_no_board_per_request() -> None:
+    async def scenario() -> None:
+        board = Board(1)
+        services = _services(board, processes=1)
+        services.publish()
+        _blocking_request(services).end(200)
+        assert _board_count(board) == 0  # nobody else reads its slot: /stats publishes before it reads
+        services.publish()
+        assert _board_count(board) == 1
 
     asyncio.run(scenario())

@@ -1,13 +1,17 @@
 // The lab page: its controls, one race at a time, and "compare all modes". Modes, workloads and
 // limits come from the server (/modes, /workloads, /race/options); the race itself from race.js,
-// the drawing from timeline.js and pings.js, the words from words.js.
+// the drawing from timeline.js, bars.js and pings.js, the comparison's rows from compare.js, the
+// words from words.js.
 
-import { $, html, ms, plural, roundSpan, sec, SVG_NS, threadLabel } from "./format.js";
+import { drawDefs } from "./bars.js";
+import { compareRow, drawThumbnails, pendingRow, showRounds, showStep } from "./compare.js";
+import { $, html, plural, threadLabel } from "./format.js";
+import { RatioNotes } from "./ideal.js";
 import { showPeers } from "./peers.js";
 import { drawGil, drawPings } from "./pings.js";
-import { startRace } from "./race.js";
-import { drawDefs, drawTimeline, frameFor } from "./timeline.js";
-import { describeRun, ratioText, summaryParagraphs } from "./words.js";
+import { startRace, stepWords } from "./race.js";
+import { drawTimeline, frameFor } from "./timeline.js";
+import { summaryParagraphs } from "./words.js";
 
 const QUIET_MS = 800; // no event for this long during a race: say why
 
@@ -31,8 +35,8 @@ const ui = {
   summary: $("#summary"),
   requests: $("#requests-table tbody"),
   comparison: $("#comparison"),
-  comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
+  timelines: $("#timelines"),
   thumbnails: $("#thumbnails"),
   rounds: $("#rounds"),
   roundsSummary: $("#rounds-summary"),
@@ -49,6 +53,9 @@ const values = new Map(); // target (a workload, or a mode that runs none) -> Ma
 let current = null; // the race on screen
 let running = null; // its startRace handle while it runs
 let stopped = false;
+let comparing = null; // while comparing: {row, at, of}, the running race's row in the table and its place
+const compareNotes = new RatioNotes($("#compare-notes"), "compare");
+const roundsNotes = new RatioNotes($("#rounds-notes"), "rounds");
 
 // ---------- controls ----------
 
@@ -132,7 +139,7 @@ function renderModeNotes() {
     item.classList.toggle("selected", item.dataset.mode === ui.mode.value);
   }
   const mode = selectedMode();
-  ui.workload.disabled = !mode.runs_workloads;
+  ui.workload.disabled = !mode.runs_workloads || ui.mode.disabled; // (disabled: a comparison runs)
   const workload = catalog.byName.get(ui.workload.value);
   if (!mode.runs_workloads) {
     ui.workloadNote.textContent = `${mode.name} runs no workload of its own: it ${mode.why}`;
@@ -152,23 +159,33 @@ function renderModeNotes() {
 function renderModes() {
   const modes = [...catalog.modes.values()];
   ui.mode.replaceChildren(...modes.map((mode) => new Option(mode.name, mode.name)));
-  ui.modeNotes.replaceChildren(...modes.map((mode) => {
-    const item = html("li");
-    item.dataset.mode = mode.name;
-    item.append(html("b", mode.name), ` ${mode.why}`);
-    if (mode.available === false) item.append(html("span", ` Not on this server: ${mode.unavailable_reason}`, "note"));
-    return item;
-  }));
+  ui.modeNotes.replaceChildren(...modes.map(modeNote));
   for (const option of ui.mode.options) {
     const mode = catalog.modes.get(option.value);
     if (mode.available === false) option.textContent = `${mode.name} (not available here)`;
   }
-  const own = modes.filter((mode) => !mode.runs_workloads).map((mode) => mode.name);
-  const workers = modes.filter((mode) => mode.runs_workloads).map((mode) => mode.name);
+  const here = modes.filter((mode) => mode.available !== false);
+  const own = here.filter((mode) => !mode.runs_workloads).map((mode) => mode.name);
+  const workers = here.filter((mode) => mode.runs_workloads).map((mode) => mode.name);
   ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
     ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another`
-    + " (skipping any mode that cannot run it here).";
-  ui.comparisonTitle.textContent = `All ${modes.filter((mode) => mode.available !== false).length} modes, same race`;
+    + " (skipping any that cannot run it).";
+}
+
+// A mode's line: its name and what it does, folded to one line until opened; a mode this server's
+// Python cannot run says so on that line, and why once opened.
+function modeNote(mode) {
+  const item = html("li");
+  item.dataset.mode = mode.name;
+  const details = html("details");
+  const summary = html("summary");
+  const away = mode.available === false;
+  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : mode.why,
+    away ? "gist unavailable" : "gist"));
+  details.append(summary);
+  if (away) details.append(html("p", `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`));
+  item.append(details);
+  return item;
 }
 
 function listWords(items) {
@@ -203,13 +220,17 @@ function readRequest(modeName) {
     concurrency: Number(ui.concurrency.value) };
 }
 
-function setRunning(busy) {
+// While a comparison runs its settings hold still: it reads them mode by mode, and the mode shown is the
+// one racing. `busy` false gives the form back.
+function setRunning(busy, compare = false) {
   // Disabling or hiding the focused button would drop keyboard focus to the page: hand it on.
   const focused = document.activeElement;
   const hadFocus = focused === ui.run || focused === ui.compare || focused === ui.stop;
   ui.run.disabled = busy;
   ui.compare.disabled = busy;
   ui.rounds.disabled = busy;
+  for (const control of [ui.mode, ui.concurrency, ui.params]) control.disabled = busy && compare;
+  ui.workload.disabled = (busy && compare) || !selectedMode().runs_workloads;
   ui.stop.hidden = !busy;
   ui.form.setAttribute("aria-busy", busy ? "true" : "false");
   if (hadFocus) (busy ? ui.stop : ui.run).focus();
@@ -223,7 +244,9 @@ function setRunning(busy) {
 // Run one race and show it; resolves with its state once the server closes the connection.
 function runRace(request) {
   resetViews();
-  running = startRace(request, onChange);
+  const mode = catalog.modes.get(request.mode);
+  const workload = catalog.byName.get(request.workload);
+  running = startRace(request, onChange, !mode.runs_workloads || Boolean(workload && workload.waits));
   current = running.race;
   draw();
   return running.finished.then((race) => {
@@ -249,27 +272,19 @@ function onChange(race, event) {
   if (event || race.phase === "failed") scheduleDraw();
 }
 
+// The status line: which mode, where its race is, and in a comparison which of the modes it is.
 function updateStatus(race) {
-  const n = race.request.concurrency;
   const quietFor = (performance.now() - race.lastEventAt) / 1000;
   const mode = catalog.modes.get(race.request.mode);
-  let text;
+  const step = stepWords(race);
   ui.status.classList.toggle("error", race.phase === "failed");
-  switch (race.phase) {
-    case "connecting":
-      text = "Connecting…";
-      break;
-    case "solo":
-      text = "Timing one request alone first: that time is the t in the ideal.";
-      break;
-    case "racing":
-      text = `Racing ${race.request.mode}: ${plural(n, "request")} released together, ${race.responses.length} answered so far.`;
-      break;
-    case "done":
-      text = `Done: ${race.request.mode}, ${plural(n, "request")}.`;
-      break;
-    default:
-      text = `The race did not finish. ${race.error || ""}`;
+  let text = race.phase === "failed" ? `The race did not finish. ${race.error || ""}` : `${race.request.mode}: ${step}.`;
+  if (comparing && comparing.row) {
+    text = `Comparing all modes, ${comparing.at} of ${comparing.of}. ${race.request.mode}: ${step}.`;
+    showStep(comparing.row, race);
+  } else if (comparing) {
+    text = `Compared: ${comparing.at} of ${comparing.of} races ran, in the table above, and every timeline is `
+      + `below, on one time scale. The last one, ${text}`;
   }
   if ((race.phase === "solo" || race.phase === "racing") && quietFor * 1000 > QUIET_MS) {
     text += ` No news for ${quietFor.toFixed(1)} s: the server is busy${mode.runs_on === "event loop"
@@ -307,7 +322,10 @@ function draw() {
   const frame = frameFor(current, width);
   const race = current || { responses: [], pings: [], phase: "none", request: {} };
   const axis = `${width}|${frame.origin}|${frame.span}|${race.phase}|${race.solo}|${race.summary ? 1 : 0}`;
-  const timeline = `${axis}|${race.responses.length}`;
+  // While requests are in flight, each batch of probes moves their clients' lines on.
+  const inFlight = race.phase === "racing" && race.responses.length < race.request.concurrency;
+  const timeline = `${axis}|${race.responses.length}|${race.soloRuns ? race.soloRuns.length : 0}|${
+    inFlight ? race.pings.length : ""}`;
   const tracks = `${axis}|${race.pings.length}`;
   if (timeline !== drawn.timeline) drawTimeline(ui.timeline, current, frame);
   if (tracks !== drawn.tracks) {
@@ -352,122 +370,58 @@ function resetViews() {
 
 // ---------- compare all modes ----------
 
-// Small multiples on one shared time scale, so lengths compare across modes.
-function drawThumbnails(races) {
-  const finished = races.filter((race) => race.summary);
-  const span = roundSpan(Math.max(...finished.map((race) => Math.max(race.summary.elapsed_s, race.summary.ideal_s))) * 1.04);
-  ui.thumbnails.replaceChildren(...races.map((race) => {
-    const figure = html("figure");
-    const svg = document.createElementNS(SVG_NS, "svg");
-    svg.setAttribute("class", "thumbnail");
-    svg.setAttribute("aria-hidden", "true");
-    drawTimeline(svg, race, frameFor(race, 640, race.summary ? span : null));
-    svg.removeAttribute("height");
-    for (const bar of svg.querySelectorAll(".request-bar")) bar.setAttribute("class", "thumb-bar");
-    figure.append(svg, html("figcaption", `${race.request.mode}: ${race.summary
-      ? `all answered after ${sec(race.summary.elapsed_s)}` : "did not finish"}`));
-    return figure;
-  }));
-}
-
-// Where the runs of a race ran, in words: "2 processes", "6 threads", "the event loop".
-function ranOn(race, mode) {
-  const s = race.summary;
-  const workers = (key) => new Set(race.responses.map((r) => r.body && r.body.worker && r.body.worker[key])
-    .filter((value) => value !== undefined)).size;
-  switch (mode.runs_on) {
-    case "threads":
-      return plural(workers("thread"), "thread");
-    case "interpreters":
-      return `${plural(workers("interpreter"), "sub-interpreter")} in ${plural(s.worker_pids.length, "process")}`;
-    case "event loop":
-    case "upstream":
-      return "the event loop";
-    default: // worker processes, of a pool or a cluster
-      return plural(s.worker_pids.length, "process");
-  }
-}
-
-function compareRow(race, round) {
-  const s = race.summary;
-  const mode = catalog.modes.get(race.request.mode);
-  const tr = document.createElement("tr");
-  const th = html("th", round ? `${race.request.mode} #${round}` : race.request.mode);
-  th.scope = "row";
-  tr.append(th, html("td", describeRun(race.request, mode)));
-  if (!s) {
-    const td = html("td", race.error || "did not finish");
-    td.colSpan = 6;
-    tr.append(td);
-    return tr;
-  }
-  for (const cell of [sec(s.elapsed_s), sec(s.mean_s), sec(s.ideal_s), ratioText(s.ratio), ms(s.ping_max_ms),
-    ranOn(race, mode)]) {
-    tr.append(html("td", cell));
-  }
-  return tr;
-}
-
-// Each mode's median and range over the rounds, and a warning when its t moved more than pyperf would trust.
-function showRounds(races, modes) {
-  const UNSTABLE_T = 0.15;
-  const spread = (values) => {
-    const known = values.filter((v) => v !== null && v !== undefined).sort((a, b) => a - b);
-    if (!known.length) return null;
-    const mid = Math.floor(known.length / 2);
-    const median = known.length % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2;
-    return { median, min: known[0], max: known[known.length - 1] };
-  };
-  const cell = (s, show) => (s ? `${show(s.median)} (${show(s.min)}–${show(s.max)})` : "–");
-  const warnings = [];
-  ui.roundsBody.replaceChildren(...modes.map((mode) => {
-    const done = races.filter((race) => race.request.mode === mode && race.summary).map((race) => race.summary);
-    const t = spread(done.map((s) => s.solo_s));
-    if (t && done.length > 1 && (t.max - t.min) / t.median > UNSTABLE_T) {
-      warnings.push(`${mode}: t ranged ${sec(t.min)}–${sec(t.max)} (${Math.round(100 * (t.max - t.min) / t.median)} % `
-        + "of its median)");
+// Every mode that can run this race, once per round, in turn (a slow minute on a shared host falls on
+// all of them alike): each race's request and its row in the table, pending until its turn.
+function comparePlan(rounds) {
+  const modes = [...catalog.modes.values()].filter((mode) => !cannotRun(mode));
+  const plan = [];
+  for (let round = 1; round <= rounds; round++) {
+    for (const mode of modes) {
+      const request = readRequest(mode.name);
+      plan.push({ mode, round, request, row: pendingRow(request, mode, rounds > 1 ? round : null) });
     }
-    const tr = html("tr");
-    const th = html("th", mode);
-    th.scope = "row";
-    tr.append(th, ...[cell(spread(done.map((s) => s.elapsed_s)), sec), cell(t, sec),
-      cell(spread(done.map((s) => s.ratio)), ratioText), cell(spread(done.map((s) => s.cpu_ratio)), ratioText)]
-      .map((text) => html("td", text)));
-    return tr;
-  }));
-  ui.roundsWarning.textContent = warnings.length ? `The host was unstable: ${warnings.join("; ")}. Trust the ratio `
-    + "to the runs' own CPU time over the ratio to the ideal." : "";
-  ui.roundsSummary.hidden = false;
+  }
+  return plan;
+}
+
+function showTimelines(races) {
+  ui.timelines.hidden = false;
+  drawThumbnails(ui.thumbnails, races.filter((race) => race.round === 1));
 }
 
 async function compareAll() {
   if (!ui.form.reportValidity()) return;
   stopped = false;
-  setRunning(true);
-  ui.comparison.hidden = true;
-  delete ui.comparison.dataset.complete;
-  ui.compareBody.replaceChildren();
-  ui.thumbnails.replaceChildren();
-  ui.roundsSummary.hidden = true;
-  const results = [];
   const rounds = Number(ui.rounds.value);
-  const modes = [...catalog.modes.keys()].filter((mode) => !cannotRun(catalog.modes.get(mode)));
-  // Every mode once per round, in turn: a slow minute on a shared host falls on all of them alike.
-  every: for (let round = 1; round <= rounds; round++) {
-    for (const mode of modes) {
-      if (stopped) break every;
-      const race = await runRace(readRequest(mode));
-      race.round = round;
-      results.push(race);
-      ui.compareBody.append(compareRow(race, rounds > 1 ? round : null));
-      ui.comparison.hidden = false;
-      if (race.phase !== "done") break every;
-    }
+  const plan = comparePlan(rounds);
+  setRunning(true, true);
+  delete ui.comparison.dataset.complete;
+  compareNotes.reset();
+  ui.compareBody.replaceChildren(...plan.map((entry) => entry.row));
+  ui.roundsSummary.hidden = true;
+  ui.timelines.hidden = true;
+  ui.comparison.hidden = false;
+  const results = [];
+  for (const [i, entry] of plan.entries()) {
+    if (stopped) break;
+    comparing = { row: entry.row, at: i + 1, of: plan.length };
+    // The mode selector and its highlighted line follow the mode racing.
+    ui.mode.value = entry.mode.name;
+    renderModeNotes();
+    const race = await runRace(entry.request);
+    race.round = entry.round;
+    results.push(race);
+    const row = compareRow(race, entry.mode, rounds > 1 ? entry.round : null, compareNotes);
+    entry.row.replaceWith(row);
+    showTimelines(results);
+    if (race.phase !== "done") break;
   }
-  if (rounds > 1) showRounds(results, modes);
-  drawThumbnails(rounds > 1 ? results.filter((race) => race.round === 1) : results);
+  comparing = { row: null, at: results.length, of: plan.length };
+  for (const entry of plan.slice(results.length)) showStep(entry.row, null);
+  if (rounds > 1) showRounds(ui, results, [...new Set(plan.map((entry) => entry.mode.name))], roundsNotes);
   ui.comparison.dataset.complete = "true";
   setRunning(false);
+  if (current) updateStatus(current);
   return results;
 }
 
@@ -479,6 +433,7 @@ async function runOne() {
     return;
   }
   stopped = false;
+  comparing = null;
   setRunning(true);
   await runRace(readRequest(ui.mode.value));
   setRunning(false);
@@ -493,7 +448,7 @@ async function fetchJson(url) {
 }
 
 async function init() {
-  drawDefs();
+  drawDefs($("#defs defs"));
   draw();
   new ResizeObserver(() => scheduleDraw()).observe(ui.timeline.parentElement);
   ui.form.addEventListener("submit", (event) => {

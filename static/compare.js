@@ -2,7 +2,7 @@
 // the same race's numbers over several rounds, and every finished race's timeline on one time scale.
 
 import { SVG_NS, html, plural, roundSpan, sec, ms } from "./format.js";
-import { headline } from "./ideal.js";
+import { headline, tBasis } from "./ideal.js";
 import { stepWords } from "./race.js";
 import { drawTimeline, frameFor } from "./timeline.js";
 import { describeRun } from "./words.js";
@@ -68,7 +68,7 @@ export function compareRow(race, mode, round, notes) {
   const ideal = html("td", sec(head.ideal), "detail");
   ideal.title = head.basis === "cpu" ? "from the runs' own CPU time in this race" : `from t = ${sec(s.solo_s)}`;
   tr.append(html("td", sec(s.elapsed_s)), html("td", sec(s.mean_s), "detail"), ideal, notes.cell(head.ratio, head.basis),
-    notes.cell(s.ratio, "t"), html("td", ms(s.ping_max_ms), "detail"), html("td", ranOn(race, mode), "detail"));
+    notes.cell(s.ratio, tBasis(s)), html("td", ms(s.ping_max_ms), "detail"), html("td", ranOn(race, mode), "detail"));
   return tr;
 }
 
@@ -121,8 +121,8 @@ export function showRounds(ui, races, modes, notes) {
     const th = html("th", mode);
     th.scope = "row";
     tr.append(th, html("td", show(spread(done.map((s) => s.elapsed_s)), sec)), html("td", show(t, sec)),
-      ratioCell(spread(heads.map((h) => h.ratio)), heads.every((h) => h.basis === "cpu") ? "cpu" : "t"),
-      ratioCell(spread(done.map((s) => s.ratio)), "t"));
+      ratioCell(spread(heads.map((h) => h.ratio)), heads.length ? heads[0].basis : "t"),
+      ratioCell(spread(done.map((s) => s.ratio)), done.length ? tBasis(done[0]) : "t"));
     return tr;
   }));
   ui.roundsWarning.textContent = warnings.length ? `The host was unstable: ${warnings.join("; ")}. The × ideal `

@@ -4,7 +4,7 @@
 
 import { split } from "./bars.js";
 import { NOTICEABLE_MS, escape, known as told, ms, plural, sec } from "./format.js";
-import { headline, noteHtml, ratioHtml } from "./ideal.js";
+import { headline, noteHtml, ratioHtml, tBasis } from "./ideal.js";
 
 // What the responses say beyond the summary: how long runs took where they ran, how much of that
 // they computed (their CPU time), how many overlapped.
@@ -28,8 +28,8 @@ export function facts(race) {
   let overlap = 0;
   for (const [, step] of edges) overlap = Math.max(overlap, (running += step));
   const stretch = meanRun && race.summary.solo_s ? meanRun / race.summary.solo_s : null;
-  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"), meanOtherBlocked,
-    stretch, overlap };
+  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"),
+    meanOwnWait: mean("io_wait_ms"), meanOtherBlocked, stretch, overlap };
 }
 
 // "Each thread computed 0.20 s on average and took 1.20 s from start to finish: it waited 0.90 s (75%) for
@@ -42,12 +42,15 @@ function cpuWords(known, who, waitingFor) {
     + "finish: ";
   const part = (seconds, what) => `${sec(seconds)} (<strong>${Math.round(100 * seconds / known.meanRun)}%</strong>) ${what}`;
   if (known.meanCoreWait !== null) {
-    const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"]]
+    const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"],
+      [known.meanOwnWait, "on purpose (its own wait)"]]
       .filter(([seconds]) => seconds !== null && seconds >= 0.005).sort((a, b) => b[0] - a[0]);
     const other = known.meanOtherBlocked !== null && known.meanOtherBlocked >= 0.005
       ? ` It was blocked ${part(known.meanOtherBlocked, "by something other than the GIL")}.` : "";
     if (!waits.length) return `${head}it hardly waited at all.${other}`;
-    return `${head}it waited ${waits.map(([seconds, what]) => part(seconds, what)).join(" and ")}.${other}`;
+    const told = waits.map(([seconds, what]) => part(seconds, what));
+    return `${head}it waited ${[told.slice(0, -1).join(", "), told[told.length - 1]].filter(Boolean).join(" and ")
+    }.${other}`;
   }
   const waiting = Math.round(100 * Math.max(0, 1 - known.meanCpu / known.meanRun));
   return `${head}<strong>${waiting}%</strong> of it waiting for ${waitingFor}.`;
@@ -107,8 +110,9 @@ function idealWords(s, capacity) {
   const spread = samples.length > 1
     ? ` (${samples.length} runs: ${sec(Math.min(...samples))}–${sec(Math.max(...samples))})` : "";
   const alone = `<b>t = ${sec(s.solo_s)}</b>${spread}`;
-  const fromT = `the race took ${ratioHtml(s.ratio, "summary-below-t")} that.${noteHtml(s.ratio, "t", "summary-below-t")}`;
-  if (headline(s).basis === "t") {
+  const fromT = `the race took ${ratioHtml(s.ratio, "summary-below-t")} that.${
+    noteHtml(s.ratio, tBasis(s), "summary-below-t")}`;
+  if (headline(s).basis !== "cpu") {
     return `One request alone took ${alone}. The ideal for this server is <strong>${sec(s.ideal_s)}</strong>: `
       + `${escape(s.ideal_words)} ${fromT[0].toUpperCase()}${fromT.slice(1)}${reachWords(s, capacity)} ${ratioWords(s)}`;
   }

@@ -283,8 +283,8 @@ function updateStatus(race) {
     text = `Comparing all modes, ${comparing.at} of ${comparing.of}. ${race.request.mode}: ${step}.`;
     showStep(comparing.row, race);
   } else if (comparing) {
-    text = `Compared: ${comparing.at} of ${comparing.of} races ran, in the table above, and every timeline is `
-      + `below, on one time scale. The last one, ${text}`;
+    text = `Compared ${comparing.at} of ${comparing.of} races: the table below, and every timeline on one time `
+      + `scale under the summary. Shown here, the last: ${text}`;
   }
   if ((race.phase === "solo" || race.phase === "racing") && quietFor * 1000 > QUIET_MS) {
     text += ` No news for ${quietFor.toFixed(1)} s: the server is busy${mode.runs_on === "event loop"

@@ -49,7 +49,7 @@ export function pendingRow(request, mode, round) {
 // The running race's row says where it is; a row no race will fill (stopped) says so.
 export function showStep(tr, race) {
   tr.className = tr.dataset.state = race ? "running" : "skipped";
-  const text = race ? stepWords(race) : "not run: the comparison stopped";
+  const text = race ? stepWords(race, true) : "not run: the comparison stopped";
   const cell = tr.querySelector(".step");
   if (cell.textContent !== text) cell.textContent = text;
 }

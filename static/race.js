@@ -22,8 +22,8 @@ export function soloSoFar(race) {
 }
 
 // Where the race is, in a few words: "timing one request alone (run 2 of 3 took 0.35 s)…", "racing, 4 of 10
-// answered…".
-export function stepWords(race) {
+// answered…"; `brief`, fewer: "timing t alone, run 2 of 3", "racing, 4 of 10 answered".
+export function stepWords(race, brief = false) {
   const n = race.request.concurrency;
   const runs = race.soloRuns;
   const last = runs[runs.length - 1];
@@ -31,10 +31,12 @@ export function stepWords(race) {
     case "connecting":
       return "connecting";
     case "solo":
+      if (brief) return last ? `timing t alone, run ${last.run} of ${last.of}` : "warming up, then timing t alone";
       return `timing one request alone (${last ? `run ${last.run} of ${last.of} took ${sec(last.seconds)}`
         : "after warming the server up"}): that time is the t in the ideal`;
     case "racing":
-      return `racing, ${race.responses.length} of ${n} answered (${plural(n, "request")} released together)`;
+      return `racing, ${race.responses.length} of ${n} answered${brief ? ""
+        : ` (${plural(n, "request")} released together)`}`;
     case "done":
       return `done, all answered after ${sec(race.summary.elapsed_s)}`;
     default:

@@ -135,6 +135,7 @@ def test_a_comparison_names_each_mode_and_draws_it_while_it_runs(desktop: Visit)
         assert states == ["done"] * number + ["running"] + ["pending"] * (len(MODES) - number - 1), states
         held.release(page, is_event("response"))  # the first answer of this mode's race
         expect(page.locator("#status")).to_contain_text(f"{mode}: racing, 1 of 3 answered")
+        expect(rows.nth(number).locator(".step")).to_have_text("racing, 1 of 3 answered")
         # Drawn before its race ends, let alone the comparison.
         expect(page.locator("#timeline .request-bar")).to_have_count(1)
         assert page.locator("#comparison[data-complete]").count() == 0

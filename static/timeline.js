@@ -15,7 +15,7 @@ const MIN_LANE = 16;
 // The time axis shared by the timeline and the ping track.
 export function frameFor(race, width, fixedSpan = null) {
   const narrow = width < 560;
-  const left = narrow ? 78 : 150;
+  const left = narrow ? 86 : 150;
   const right = narrow ? 10 : 24;
   let origin = null;
   let latest = null;
@@ -144,12 +144,22 @@ function drawLanes(svg, race, f, layout, rowH) {
   });
 }
 
-// The requests released and not answered yet: their clients waiting, up to the latest moment the
-// events tell of (the probes' answers), so that a race whose answers all come late is seen running.
+// The requests not answered yet: their clients waiting, up to the latest moment the events tell of (the
+// probes' answers), so that a race whose answers all come late is seen running. Before the release, or
+// before any news with a time in it (a blocked event loop passes none on), their rows say so.
 function drawInFlight(svg, race, f, y, rows, rowH) {
-  if (race.phase !== "racing" || !rows || f.origin === null || f.latest <= f.origin) return;
+  if (!rows || (race.phase !== "racing" && race.phase !== "solo")) return;
   const flight = el("g", { class: "in-flight" }, svg);
-  el("text", { x: 14, y: y + 12, class: "lane-label" }, flight, f.narrow ? "waiting" : "not answered yet");
+  const released = race.phase === "racing";
+  el("text", { x: 14, y: y + 12, class: "lane-label" }, flight,
+    f.narrow ? (released ? "waiting" : "next") : released ? "not answered yet" : "to be released");
+  if (!released || f.origin === null || f.latest <= f.origin) {
+    const n = race.request.concurrency;
+    el("text", { x: f.left + 6, y: y + 12, class: "placeholder" }, flight, !released
+      ? (f.narrow ? `then ${n} at once` : `then ${n} requests, released together once t is timed`)
+      : (f.narrow ? "no news yet" : `${n} released together: no news from the server yet`));
+    return;
+  }
   for (let i = 0; i < rows; i++) {
     const mid = y + i * rowH + rowH / 2;
     el("line", { x1: f.x(f.origin), x2: f.x(f.latest), y1: mid, y2: mid, class: "client-wait" }, flight);

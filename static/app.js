@@ -1,11 +1,11 @@
-// The lab page: its controls, one race at a time, and "compare all modes". Modes, workloads and
-// limits come from the server (/modes, /workloads, /race/options); the race itself from race.js,
-// the drawing from timeline.js, bars.js and pings.js, the comparison's rows from compare.js, the
-// words from words.js.
+// The lab page: one race at a time, and "compare all modes". The form and what the server offers
+// (/modes, /workloads, /race/options) are controls.js's; the race itself race.js's, the drawing
+// timeline.js's, bars.js's and pings.js's, the comparison's rows compare.js's, the words words.js's.
 
 import { drawDefs } from "./bars.js";
 import { compareRow, drawThumbnails, pendingRow, showRounds, showStep } from "./compare.js";
-import { $, html, plural, threadLabel } from "./format.js";
+import { cannotRun, catalog, holdForm, readRequest, renderFacts, selectedMode, showCatalog, showMode } from "./controls.js";
+import { $, html, threadLabel } from "./format.js";
 import { RatioNotes } from "./ideal.js";
 import { showPeers } from "./peers.js";
 import { drawGil, drawPings } from "./pings.js";
@@ -17,17 +17,9 @@ const QUIET_MS = 800; // no event for this long during a race: say why
 
 const ui = {
   form: $("#controls"),
-  mode: $("#mode"),
-  modeNotes: $("#mode-notes"),
-  workload: $("#workload"),
-  workloadNote: $("#workload-note"),
-  params: $("#params"),
-  concurrency: $("#concurrency"),
   run: $("#run"),
   compare: $("#compare"),
-  compareNote: $("#compare-note"),
   stop: $("#stop"),
-  facts: $("#server-facts"),
   status: $("#status"),
   timeline: $("#timeline"),
   ping: $("#ping-track"),
@@ -47,9 +39,6 @@ const ui = {
   peersStatus: $("#peers-status"),
 };
 
-// What the server offers: modes (the registry, in order), workloads, limits, its own facts.
-const catalog = { modes: new Map(), byName: new Map(), concurrency: null, server: null };
-const values = new Map(); // target (a workload, or a mode that runs none) -> Map(param -> text typed)
 let current = null; // the race on screen
 let running = null; // its startRace handle while it runs
 let stopped = false;
@@ -57,171 +46,7 @@ let comparing = null; // while comparing: {row, at, of}, the running race's row 
 const compareNotes = new RatioNotes($("#compare-notes"), "compare");
 const roundsNotes = new RatioNotes($("#rounds-notes"), "rounds");
 
-// ---------- controls ----------
-
-function selectedMode() {
-  return catalog.modes.get(ui.mode.value);
-}
-
-// Whose params the form shows: the workload's, or the mode's own when it runs no workload (async).
-function target(mode = selectedMode()) {
-  return mode.runs_workloads ? ui.workload.value : mode.name;
-}
-
-function specsFor(name) {
-  const mode = catalog.modes.get(name);
-  if (mode && !mode.runs_workloads) return mode.params;
-  return (catalog.byName.get(name) || { params: [] }).params;
-}
-
-function valuesFor(name) {
-  if (!values.has(name)) {
-    values.set(name, new Map(specsFor(name).map((spec) => [spec.name, String(spec.default)])));
-  }
-  return values.get(name);
-}
-
-function renderParams() {
-  const mode = selectedMode();
-  const name = target(mode);
-  const typed = valuesFor(name);
-  const legend = mode.runs_workloads ? "Parameters" : `${mode.workload[0].toUpperCase()}${mode.workload.slice(1)} call`;
-  ui.params.replaceChildren(html("legend", legend));
-  for (const spec of specsFor(name)) {
-    const id = `param-${spec.name}`;
-    const wrap = html("div", null, "field");
-    const label = html("label");
-    label.htmlFor = id;
-    label.append(spec.name, " ");
-    let input;
-    if (spec.type === "choice") {
-      input = document.createElement("select");
-      for (const choice of spec.choices) input.append(new Option(choice, choice));
-    } else {
-      input = document.createElement("input");
-      input.type = "number";
-      input.min = spec.min;
-      input.max = spec.max;
-      input.step = spec.type === "integer" ? "1" : "any";
-      input.required = true;
-      input.inputMode = spec.type === "integer" ? "numeric" : "decimal";
-      label.append(html("span", `${spec.min.toLocaleString("en")}–${spec.max.toLocaleString("en")}`, "range"));
-    }
-    input.id = id;
-    input.name = spec.name;
-    input.value = typed.get(spec.name);
-    input.addEventListener("input", () => typed.set(spec.name, input.value));
-    wrap.append(label, input);
-    if (spec.help) {
-      const help = html("p", spec.help, "note");
-      help.id = `${id}-help`;
-      input.setAttribute("aria-describedby", help.id);
-      wrap.append(help);
-    }
-    ui.params.append(wrap);
-  }
-}
-
-// Why this server cannot run a race of `mode` on the workload chosen, or null: a mode its Python lacks
-// (/modes `available`), or one that refuses the workload (/workloads `modes`).
-function cannotRun(mode, workloadName = ui.workload.value) {
-  if (mode.available === false) return `${mode.name} is not available here: ${mode.unavailable_reason}`;
-  const workload = catalog.byName.get(workloadName);
-  if (mode.runs_workloads && workload && workload.modes && !workload.modes.includes(mode.name)) {
-    return `${mode.name} cannot run ${workload.name}: it needs ${listWords(workload.needs)}, which its workers `
-      + "cannot load.";
-  }
-  return null;
-}
-
-function renderModeNotes() {
-  for (const item of ui.modeNotes.querySelectorAll("li")) {
-    item.classList.toggle("selected", item.dataset.mode === ui.mode.value);
-  }
-  const mode = selectedMode();
-  ui.workload.disabled = !mode.runs_workloads || ui.mode.disabled; // (disabled: a comparison runs)
-  const workload = catalog.byName.get(ui.workload.value);
-  if (!mode.runs_workloads) {
-    ui.workloadNote.textContent = `${mode.name} runs no workload of its own: it ${mode.why}`;
-  }
-  const refusal = cannotRun(mode);
-  if (refusal) {
-    ui.workloadNote.textContent = refusal;
-  } else if (workload && mode.runs_workloads) {
-    ui.workloadNote.textContent = `${workload.description} ${workload.gil_enabled === false
-      ? "This interpreter has no GIL: nothing to hold." : workload.releases_gil
-        ? "Measured: releases the GIL." : "Measured: holds the GIL."}`;
-  }
-  renderParams();
-}
-
-// The mode list, its notes and the compare button's note, all from /modes.
-function renderModes() {
-  const modes = [...catalog.modes.values()];
-  ui.mode.replaceChildren(...modes.map((mode) => new Option(mode.name, mode.name)));
-  ui.modeNotes.replaceChildren(...modes.map(modeNote));
-  for (const option of ui.mode.options) {
-    const mode = catalog.modes.get(option.value);
-    if (mode.available === false) option.textContent = `${mode.name} (not available here)`;
-  }
-  const here = modes.filter((mode) => mode.available !== false);
-  const own = here.filter((mode) => !mode.runs_workloads).map((mode) => mode.name);
-  const workers = here.filter((mode) => mode.runs_workloads).map((mode) => mode.name);
-  ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
-    ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another`
-    + " (skipping any that cannot run it).";
-}
-
-// A mode's line: its name and what it does, folded to one line until opened; a mode this server's
-// Python cannot run says so on that line, and why once opened.
-function modeNote(mode) {
-  const item = html("li");
-  item.dataset.mode = mode.name;
-  const details = html("details");
-  const summary = html("summary");
-  const away = mode.available === false;
-  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : mode.why,
-    away ? "gist unavailable" : "gist"));
-  details.append(summary);
-  if (away) details.append(html("p", `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`));
-  item.append(details);
-  return item;
-}
-
-function listWords(items) {
-  return items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
-}
-
-function renderFacts() {
-  const s = catalog.server;
-  if (!s) return;
-  const noGil = s.gil_enabled === false ? " Its interpreter runs without a GIL (a free-threaded build): threads "
-    + "compute in parallel." : "";
-  ui.facts.textContent = `This server: ${plural(s.cpu_count, "core")}, ${plural(s.processes, "server process")
-  }, a pool of ${plural(s.thread_pool, "thread")} and a pool of ${plural(s.process_pool, "worker process")
-  } in each.${clusterFacts(s.dask)}${noGil}`;
-}
-
-// The distributed mode's cluster, as /stats describes it.
-function clusterFacts(dask) {
-  if (!dask) return "";
-  if (!dask.embedded) {
-    return ` Distributed mode: the Dask cluster at ${dask.scheduler}${dask.workers.length
-      ? `, ${plural(dask.workers.length, "worker")} with ${plural(dask.threads, "thread")}` : ""}.`;
-  }
-  const where = dask.state === "not started" ? ", started on first use" : "";
-  return ` Distributed mode: an embedded Dask cluster of ${plural(dask.threads, "single-threaded worker")}${where}.`;
-}
-
-function readRequest(modeName) {
-  const mode = catalog.modes.get(modeName);
-  const params = Object.fromEntries(valuesFor(target(mode)));
-  return { mode: modeName, workload: mode.runs_workloads ? ui.workload.value : undefined, params,
-    concurrency: Number(ui.concurrency.value) };
-}
-
-// While a comparison runs its settings hold still: it reads them mode by mode, and the mode shown is the
-// one racing. `busy` false gives the form back.
+// While a comparison runs the form holds still (holdForm). `busy` false gives the form back.
 function setRunning(busy, compare = false) {
   // Disabling or hiding the focused button would drop keyboard focus to the page: hand it on.
   const focused = document.activeElement;
@@ -229,8 +54,7 @@ function setRunning(busy, compare = false) {
   ui.run.disabled = busy;
   ui.compare.disabled = busy;
   ui.rounds.disabled = busy;
-  for (const control of [ui.mode, ui.concurrency, ui.params]) control.disabled = busy && compare;
-  ui.workload.disabled = (busy && compare) || !selectedMode().runs_workloads;
+  holdForm(busy && compare);
   ui.stop.hidden = !busy;
   ui.form.setAttribute("aria-busy", busy ? "true" : "false");
   if (hadFocus) (busy ? ui.stop : ui.run).focus();
@@ -405,9 +229,7 @@ async function compareAll() {
   for (const [i, entry] of plan.entries()) {
     if (stopped) break;
     comparing = { row: entry.row, at: i + 1, of: plan.length };
-    // The mode selector and its highlighted line follow the mode racing.
-    ui.mode.value = entry.mode.name;
-    renderModeNotes();
+    showMode(entry.mode.name);
     const race = await runRace(entry.request);
     race.round = entry.round;
     results.push(race);
@@ -435,7 +257,7 @@ async function runOne() {
   stopped = false;
   comparing = null;
   setRunning(true);
-  await runRace(readRequest(ui.mode.value));
+  await runRace(readRequest(selectedMode().name));
   setRunning(false);
 }
 
@@ -465,21 +287,10 @@ async function init() {
       ui.peersStatus.textContent = `Could not load the comparison: ${error.message}`;
     });
   });
-  ui.mode.addEventListener("change", renderModeNotes);
-  ui.workload.addEventListener("change", renderModeNotes);
   try {
     const [modes, workloads, options, stats] = await Promise.all(
       ["/modes", "/workloads", "/race/options", "/stats"].map(fetchJson));
-    for (const mode of modes) if (options.modes.includes(mode.name)) catalog.modes.set(mode.name, mode);
-    for (const w of workloads) catalog.byName.set(w.name, w);
-    catalog.concurrency = options.concurrency;
-    catalog.server = stats.server;
-    ui.concurrency.min = options.concurrency.min;
-    ui.concurrency.max = options.concurrency.max;
-    for (const w of workloads) ui.workload.append(new Option(w.name, w.name));
-    renderModes();
-    renderFacts();
-    renderModeNotes();
+    showCatalog(modes, workloads, options, stats.server);
     document.body.dataset.ready = "true";
   } catch (error) {
     ui.status.textContent = `Could not load the lab's settings: ${error.message}`;

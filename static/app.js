@@ -14,6 +14,7 @@ import { drawTimeline, frameFor } from "./timeline.js";
 import { summaryParagraphs } from "./words.js";
 
 const QUIET_MS = 800; // no event for this long during a race: say why
+const SHOW_FINISHED_MS = 1500; // in a comparison, each finished race's timeline before the next one's
 
 const ui = {
   form: $("#controls"),
@@ -237,6 +238,9 @@ async function compareAll() {
     entry.row.replaceWith(row);
     showTimelines(results);
     if (race.phase !== "done") break;
+    // A race whose answers came in one burst (blocking's: its loop passes nothing on while it runs them)
+    // would be drawn only as the next race replaces it: each finished race stays in sight a moment.
+    if (i < plan.length - 1) await new Promise((resolve) => setTimeout(resolve, SHOW_FINISHED_MS));
   }
   comparing = { row: null, at: results.length, of: plan.length };
   for (const entry of plan.slice(results.length)) showStep(entry.row, null);

@@ -10,7 +10,7 @@ endif
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install peers run test test-python locust lint format docs bench compare system-deps clean
+.PHONY: install peers run test test-python locust lint format docs pictures bench compare system-deps clean
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -86,6 +86,10 @@ bench: install
 compare: peers
 	@scripts/system-deps.sh siege
 	$(BIN)/python -m bench.compare $(ARGS)
+
+## pictures: retake the page's pictures in docs/img from the page (scripts/screenshot.py; ARGS="--series DIR")
+pictures: $(VENV)/.dev system-deps
+	$(BIN)/python -m scripts.screenshot $(ARGS)
 
 ## system-deps: siege, chromium, postgresql and ab (apache2-utils) from apt, when missing
 system-deps:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -40,25 +39,14 @@ if __package__ in (None, ""):  # run as `python bench/page.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib.args import CONCURRENCY, NO_FILES, OUT, PARAM, ROUNDS, SERVER_ARGS, URL, WORKLOAD
+from bench.lib.browser import launch, need_browser
 from bench.lib.command import new_parser, run_command
-from bench.lib.optional import DEV_EXTRAS, missing, need_module
 from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
 from bench.lib.tables import Column, text_table
 from lab import ROOT
 from lab.modes.registry import MODES
 
-# How Chromium runs here: headless, as root, offline (no calls home).
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RACE_TIMEOUT_MS = 180_000
 TOOL = "python -m bench.page"
 SAMPLE_EVERY_S = 0.1
@@ -74,13 +62,6 @@ COLUMNS = (
     Column("server_cpu_s", "server CPU s"),
     Column("generator_cpu_s", "load gen CPU s"),
 )
-
-
-def chromium_path() -> str:
-    found = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(found).exists():
-        raise RuntimeError("chromium is missing: apt-get install chromium (make test installs it)")
-    return found
 
 
 class CpuMeter:
@@ -230,7 +211,7 @@ def run(args: argparse.Namespace, base: str, server_pid: int) -> list[dict[str, 
     rows: list[dict[str, Any]] = []
     me = psutil.Process()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        browser = launch(playwright)
         try:
             chromium = next((p for p in me.children(recursive=True) if p.name().startswith("chrom")), None)
             roots = [p for p in family(chromium)[:1]] if chromium else []
@@ -293,18 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def need_extras() -> None:
-    """Playwright and chromium, or one line saying how to install them and exit 2 (nothing started yet)."""
-    need_module("playwright.sync_api", "Playwright (a dev requirement)", DEV_EXTRAS, tool=TOOL)
-    try:
-        chromium_path()
-    except RuntimeError:
-        raise missing("chromium", "sudo apt-get install chromium", tool=TOOL) from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    need_extras()
+    need_browser(TOOL)
     return run_command(lambda: _measure(args))
 
 

@@ -12,11 +12,8 @@ from lab.modes.registry import MODES
 STATIC = ROOT / "static"
 PAGE = STATIC / "index.html"
 ASSETS = {
-    # The page's ES modules (static/app.js imports the others; no build step).
-    **dict.fromkeys(
-        ("app.js", "format.js", "race.js", "timeline.js", "pings.js", "words.js", "peers.js"),
-        "text/javascript; charset=UTF-8",
-    ),
+    # The page's ES modules: every script in static/ (app.js imports the others; no build step).
+    **dict.fromkeys(sorted(path.name for path in STATIC.glob("*.js")), "text/javascript; charset=UTF-8"),
     "style.css": "text/css; charset=UTF-8",
     "favicon.svg": "image/svg+xml",
 }

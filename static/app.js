@@ -1,29 +1,26 @@
-// The lab page: its controls, one race at a time, and "compare all modes". Modes, workloads and
-// limits come from the server (/modes, /workloads, /race/options); the race itself from race.js,
-// the drawing from timeline.js and pings.js, the words from words.js.
+// The lab page: one race at a time, and "compare all modes". The form and what the server offers
+// (/modes, /workloads, /race/options) are controls.js's; the race itself race.js's, the drawing
+// timeline.js's, bars.js's and pings.js's, the comparison's rows compare.js's, the words words.js's.
 
-import { $, html, ms, plural, roundSpan, sec, SVG_NS, threadLabel } from "./format.js";
+import { drawDefs } from "./bars.js";
+import { compareRow, drawThumbnails, pendingRow, showRounds, showStep } from "./compare.js";
+import { cannotRun, catalog, holdForm, readRequest, renderFacts, selectedMode, showCatalog, showMode } from "./controls.js";
+import { $, html, threadLabel } from "./format.js";
+import { RatioNotes } from "./ideal.js";
 import { showPeers } from "./peers.js";
 import { drawGil, drawPings } from "./pings.js";
-import { startRace } from "./race.js";
-import { drawDefs, drawTimeline, frameFor } from "./timeline.js";
-import { describeRun, ratioText, summaryParagraphs } from "./words.js";
+import { startRace, stepWords } from "./race.js";
+import { drawTimeline, frameFor } from "./timeline.js";
+import { summaryParagraphs } from "./words.js";
 
 const QUIET_MS = 800; // no event for this long during a race: say why
+const SHOW_FINISHED_MS = 1500; // in a comparison, each finished race's timeline before the next one's
 
 const ui = {
   form: $("#controls"),
-  mode: $("#mode"),
-  modeNotes: $("#mode-notes"),
-  workload: $("#workload"),
-  workloadNote: $("#workload-note"),
-  params: $("#params"),
-  concurrency: $("#concurrency"),
   run: $("#run"),
   compare: $("#compare"),
-  compareNote: $("#compare-note"),
   stop: $("#stop"),
-  facts: $("#server-facts"),
   status: $("#status"),
   timeline: $("#timeline"),
   ping: $("#ping-track"),
@@ -31,8 +28,8 @@ const ui = {
   summary: $("#summary"),
   requests: $("#requests-table tbody"),
   comparison: $("#comparison"),
-  comparisonTitle: $("#comparison-title"),
   compareBody: $("#compare-table tbody"),
+  timelines: $("#timelines"),
   thumbnails: $("#thumbnails"),
   rounds: $("#rounds"),
   roundsSummary: $("#rounds-summary"),
@@ -43,173 +40,22 @@ const ui = {
   peersStatus: $("#peers-status"),
 };
 
-// What the server offers: modes (the registry, in order), workloads, limits, its own facts.
-const catalog = { modes: new Map(), byName: new Map(), concurrency: null, server: null };
-const values = new Map(); // target (a workload, or a mode that runs none) -> Map(param -> text typed)
 let current = null; // the race on screen
 let running = null; // its startRace handle while it runs
 let stopped = false;
+let comparing = null; // while comparing: {row, at, of}, the running race's row in the table and its place
+const compareNotes = new RatioNotes($("#compare-notes"), "compare");
+const roundsNotes = new RatioNotes($("#rounds-notes"), "rounds");
 
-// ---------- controls ----------
-
-function selectedMode() {
-  return catalog.modes.get(ui.mode.value);
-}
-
-// Whose params the form shows: the workload's, or the mode's own when it runs no workload (async).
-function target(mode = selectedMode()) {
-  return mode.runs_workloads ? ui.workload.value : mode.name;
-}
-
-function specsFor(name) {
-  const mode = catalog.modes.get(name);
-  if (mode && !mode.runs_workloads) return mode.params;
-  return (catalog.byName.get(name) || { params: [] }).params;
-}
-
-function valuesFor(name) {
-  if (!values.has(name)) {
-    values.set(name, new Map(specsFor(name).map((spec) => [spec.name, String(spec.default)])));
-  }
-  return values.get(name);
-}
-
-function renderParams() {
-  const mode = selectedMode();
-  const name = target(mode);
-  const typed = valuesFor(name);
-  const legend = mode.runs_workloads ? "Parameters" : `${mode.workload[0].toUpperCase()}${mode.workload.slice(1)} call`;
-  ui.params.replaceChildren(html("legend", legend));
-  for (const spec of specsFor(name)) {
-    const id = `param-${spec.name}`;
-    const wrap = html("div", null, "field");
-    const label = html("label");
-    label.htmlFor = id;
-    label.append(spec.name, " ");
-    let input;
-    if (spec.type === "choice") {
-      input = document.createElement("select");
-      for (const choice of spec.choices) input.append(new Option(choice, choice));
-    } else {
-      input = document.createElement("input");
-      input.type = "number";
-      input.min = spec.min;
-      input.max = spec.max;
-      input.step = spec.type === "integer" ? "1" : "any";
-      input.required = true;
-      input.inputMode = spec.type === "integer" ? "numeric" : "decimal";
-      label.append(html("span", `${spec.min.toLocaleString("en")}–${spec.max.toLocaleString("en")}`, "range"));
-    }
-    input.id = id;
-    input.name = spec.name;
-    input.value = typed.get(spec.name);
-    input.addEventListener("input", () => typed.set(spec.name, input.value));
-    wrap.append(label, input);
-    if (spec.help) {
-      const help = html("p", spec.help, "note");
-      help.id = `${id}-help`;
-      input.setAttribute("aria-describedby", help.id);
-      wrap.append(help);
-    }
-    ui.params.append(wrap);
-  }
-}
-
-// Why this server cannot run a race of `mode` on the workload chosen, or null: a mode its Python lacks
-// (/modes `available`), or one that refuses the workload (/workloads `modes`).
-function cannotRun(mode, workloadName = ui.workload.value) {
-  if (mode.available === false) return `${mode.name} is not available here: ${mode.unavailable_reason}`;
-  const workload = catalog.byName.get(workloadName);
-  if (mode.runs_workloads && workload && workload.modes && !workload.modes.includes(mode.name)) {
-    return `${mode.name} cannot run ${workload.name}: it needs ${listWords(workload.needs)}, which its workers `
-      + "cannot load.";
-  }
-  return null;
-}
-
-function renderModeNotes() {
-  for (const item of ui.modeNotes.querySelectorAll("li")) {
-    item.classList.toggle("selected", item.dataset.mode === ui.mode.value);
-  }
-  const mode = selectedMode();
-  ui.workload.disabled = !mode.runs_workloads;
-  const workload = catalog.byName.get(ui.workload.value);
-  if (!mode.runs_workloads) {
-    ui.workloadNote.textContent = `${mode.name} runs no workload of its own: it ${mode.why}`;
-  }
-  const refusal = cannotRun(mode);
-  if (refusal) {
-    ui.workloadNote.textContent = refusal;
-  } else if (workload && mode.runs_workloads) {
-    ui.workloadNote.textContent = `${workload.description} ${workload.gil_enabled === false
-      ? "This interpreter has no GIL: nothing to hold." : workload.releases_gil
-        ? "Measured: releases the GIL." : "Measured: holds the GIL."}`;
-  }
-  renderParams();
-}
-
-// The mode list, its notes and the compare button's note, all from /modes.
-function renderModes() {
-  const modes = [...catalog.modes.values()];
-  ui.mode.replaceChildren(...modes.map((mode) => new Option(mode.name, mode.name)));
-  ui.modeNotes.replaceChildren(...modes.map((mode) => {
-    const item = html("li");
-    item.dataset.mode = mode.name;
-    item.append(html("b", mode.name), ` ${mode.why}`);
-    if (mode.available === false) item.append(html("span", ` Not on this server: ${mode.unavailable_reason}`, "note"));
-    return item;
-  }));
-  for (const option of ui.mode.options) {
-    const mode = catalog.modes.get(option.value);
-    if (mode.available === false) option.textContent = `${mode.name} (not available here)`;
-  }
-  const own = modes.filter((mode) => !mode.runs_workloads).map((mode) => mode.name);
-  const workers = modes.filter((mode) => mode.runs_workloads).map((mode) => mode.name);
-  ui.compareNote.textContent = `Compare runs this race in ${listWords(workers)}${own.length
-    ? `, then ${listWords(own)} with ${own.length === 1 ? "its" : "their"} own parameters` : ""}, one after another`
-    + " (skipping any mode that cannot run it here).";
-  ui.comparisonTitle.textContent = `All ${modes.filter((mode) => mode.available !== false).length} modes, same race`;
-}
-
-function listWords(items) {
-  return items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
-}
-
-function renderFacts() {
-  const s = catalog.server;
-  if (!s) return;
-  const noGil = s.gil_enabled === false ? " Its interpreter runs without a GIL (a free-threaded build): threads "
-    + "compute in parallel." : "";
-  ui.facts.textContent = `This server: ${plural(s.cpu_count, "core")}, ${plural(s.processes, "server process")
-  }, a pool of ${plural(s.thread_pool, "thread")} and a pool of ${plural(s.process_pool, "worker process")
-  } in each.${clusterFacts(s.dask)}${noGil}`;
-}
-
-// The distributed mode's cluster, as /stats describes it.
-function clusterFacts(dask) {
-  if (!dask) return "";
-  if (!dask.embedded) {
-    return ` Distributed mode: the Dask cluster at ${dask.scheduler}${dask.workers.length
-      ? `, ${plural(dask.workers.length, "worker")} with ${plural(dask.threads, "thread")}` : ""}.`;
-  }
-  const where = dask.state === "not started" ? ", started on first use" : "";
-  return ` Distributed mode: an embedded Dask cluster of ${plural(dask.threads, "single-threaded worker")}${where}.`;
-}
-
-function readRequest(modeName) {
-  const mode = catalog.modes.get(modeName);
-  const params = Object.fromEntries(valuesFor(target(mode)));
-  return { mode: modeName, workload: mode.runs_workloads ? ui.workload.value : undefined, params,
-    concurrency: Number(ui.concurrency.value) };
-}
-
-function setRunning(busy) {
+// While a comparison runs the form holds still (holdForm). `busy` false gives the form back.
+function setRunning(busy, compare = false) {
   // Disabling or hiding the focused button would drop keyboard focus to the page: hand it on.
   const focused = document.activeElement;
   const hadFocus = focused === ui.run || focused === ui.compare || focused === ui.stop;
   ui.run.disabled = busy;
   ui.compare.disabled = busy;
   ui.rounds.disabled = busy;
+  holdForm(busy && compare);
   ui.stop.hidden = !busy;
   ui.form.setAttribute("aria-busy", busy ? "true" : "false");
   if (hadFocus) (busy ? ui.stop : ui.run).focus();
@@ -223,7 +69,9 @@ function setRunning(busy) {
 // Run one race and show it; resolves with its state once the server closes the connection.
 function runRace(request) {
   resetViews();
-  running = startRace(request, onChange);
+  const mode = catalog.modes.get(request.mode);
+  const workload = catalog.byName.get(request.workload);
+  running = startRace(request, onChange, !mode.runs_workloads || Boolean(workload && workload.waits));
   current = running.race;
   draw();
   return running.finished.then((race) => {
@@ -249,27 +97,19 @@ function onChange(race, event) {
   if (event || race.phase === "failed") scheduleDraw();
 }
 
+// The status line: which mode, where its race is, and in a comparison which of the modes it is.
 function updateStatus(race) {
-  const n = race.request.concurrency;
   const quietFor = (performance.now() - race.lastEventAt) / 1000;
   const mode = catalog.modes.get(race.request.mode);
-  let text;
+  const step = stepWords(race);
   ui.status.classList.toggle("error", race.phase === "failed");
-  switch (race.phase) {
-    case "connecting":
-      text = "Connecting…";
-      break;
-    case "solo":
-      text = "Timing one request alone first: that time is the t in the ideal.";
-      break;
-    case "racing":
-      text = `Racing ${race.request.mode}: ${plural(n, "request")} released together, ${race.responses.length} answered so far.`;
-      break;
-    case "done":
-      text = `Done: ${race.request.mode}, ${plural(n, "request")}.`;
-      break;
-    default:
-      text = `The race did not finish. ${race.error || ""}`;
+  let text = race.phase === "failed" ? `The race did not finish. ${race.error || ""}` : `${race.request.mode}: ${step}.`;
+  if (comparing && comparing.row) {
+    text = `Comparing all modes, ${comparing.at} of ${comparing.of}. ${race.request.mode}: ${step}.`;
+    showStep(comparing.row, race);
+  } else if (comparing) {
+    text = `Compared ${comparing.at} of ${comparing.of} races: the table below, and every timeline on one time `
+      + `scale under the summary. Shown here, the last: ${text}`;
   }
   if ((race.phase === "solo" || race.phase === "racing") && quietFor * 1000 > QUIET_MS) {
     text += ` No news for ${quietFor.toFixed(1)} s: the server is busy${mode.runs_on === "event loop"
@@ -307,7 +147,10 @@ function draw() {
   const frame = frameFor(current, width);
   const race = current || { responses: [], pings: [], phase: "none", request: {} };
   const axis = `${width}|${frame.origin}|${frame.span}|${race.phase}|${race.solo}|${race.summary ? 1 : 0}`;
-  const timeline = `${axis}|${race.responses.length}`;
+  // While requests are in flight, each batch of probes moves their clients' lines on.
+  const inFlight = race.phase === "racing" && race.responses.length < race.request.concurrency;
+  const timeline = `${axis}|${race.responses.length}|${race.soloRuns ? race.soloRuns.length : 0}|${
+    inFlight ? race.pings.length : ""}`;
   const tracks = `${axis}|${race.pings.length}`;
   if (timeline !== drawn.timeline) drawTimeline(ui.timeline, current, frame);
   if (tracks !== drawn.tracks) {
@@ -352,122 +195,59 @@ function resetViews() {
 
 // ---------- compare all modes ----------
 
-// Small multiples on one shared time scale, so lengths compare across modes.
-function drawThumbnails(races) {
-  const finished = races.filter((race) => race.summary);
-  const span = roundSpan(Math.max(...finished.map((race) => Math.max(race.summary.elapsed_s, race.summary.ideal_s))) * 1.04);
-  ui.thumbnails.replaceChildren(...races.map((race) => {
-    const figure = html("figure");
-    const svg = document.createElementNS(SVG_NS, "svg");
-    svg.setAttribute("class", "thumbnail");
-    svg.setAttribute("aria-hidden", "true");
-    drawTimeline(svg, race, frameFor(race, 640, race.summary ? span : null));
-    svg.removeAttribute("height");
-    for (const bar of svg.querySelectorAll(".request-bar")) bar.setAttribute("class", "thumb-bar");
-    figure.append(svg, html("figcaption", `${race.request.mode}: ${race.summary
-      ? `all answered after ${sec(race.summary.elapsed_s)}` : "did not finish"}`));
-    return figure;
-  }));
-}
-
-// Where the runs of a race ran, in words: "2 processes", "6 threads", "the event loop".
-function ranOn(race, mode) {
-  const s = race.summary;
-  const workers = (key) => new Set(race.responses.map((r) => r.body && r.body.worker && r.body.worker[key])
-    .filter((value) => value !== undefined)).size;
-  switch (mode.runs_on) {
-    case "threads":
-      return plural(workers("thread"), "thread");
-    case "interpreters":
-      return `${plural(workers("interpreter"), "sub-interpreter")} in ${plural(s.worker_pids.length, "process")}`;
-    case "event loop":
-    case "upstream":
-      return "the event loop";
-    default: // worker processes, of a pool or a cluster
-      return plural(s.worker_pids.length, "process");
-  }
-}
-
-function compareRow(race, round) {
-  const s = race.summary;
-  const mode = catalog.modes.get(race.request.mode);
-  const tr = document.createElement("tr");
-  const th = html("th", round ? `${race.request.mode} #${round}` : race.request.mode);
-  th.scope = "row";
-  tr.append(th, html("td", describeRun(race.request, mode)));
-  if (!s) {
-    const td = html("td", race.error || "did not finish");
-    td.colSpan = 6;
-    tr.append(td);
-    return tr;
-  }
-  for (const cell of [sec(s.elapsed_s), sec(s.mean_s), sec(s.ideal_s), ratioText(s.ratio), ms(s.ping_max_ms),
-    ranOn(race, mode)]) {
-    tr.append(html("td", cell));
-  }
-  return tr;
-}
-
-// Each mode's median and range over the rounds, and a warning when its t moved more than pyperf would trust.
-function showRounds(races, modes) {
-  const UNSTABLE_T = 0.15;
-  const spread = (values) => {
-    const known = values.filter((v) => v !== null && v !== undefined).sort((a, b) => a - b);
-    if (!known.length) return null;
-    const mid = Math.floor(known.length / 2);
-    const median = known.length % 2 ? known[mid] : (known[mid - 1] + known[mid]) / 2;
-    return { median, min: known[0], max: known[known.length - 1] };
-  };
-  const cell = (s, show) => (s ? `${show(s.median)} (${show(s.min)}–${show(s.max)})` : "–");
-  const warnings = [];
-  ui.roundsBody.replaceChildren(...modes.map((mode) => {
-    const done = races.filter((race) => race.request.mode === mode && race.summary).map((race) => race.summary);
-    const t = spread(done.map((s) => s.solo_s));
-    if (t && done.length > 1 && (t.max - t.min) / t.median > UNSTABLE_T) {
-      warnings.push(`${mode}: t ranged ${sec(t.min)}–${sec(t.max)} (${Math.round(100 * (t.max - t.min) / t.median)} % `
-        + "of its median)");
+// Every mode that can run this race, once per round, in turn (a slow minute on a shared host falls on
+// all of them alike): each race's request and its row in the table, pending until its turn.
+function comparePlan(rounds) {
+  const modes = [...catalog.modes.values()].filter((mode) => !cannotRun(mode));
+  const plan = [];
+  for (let round = 1; round <= rounds; round++) {
+    for (const mode of modes) {
+      const request = readRequest(mode.name);
+      plan.push({ mode, round, request, row: pendingRow(request, mode, rounds > 1 ? round : null) });
     }
-    const tr = html("tr");
-    const th = html("th", mode);
-    th.scope = "row";
-    tr.append(th, ...[cell(spread(done.map((s) => s.elapsed_s)), sec), cell(t, sec),
-      cell(spread(done.map((s) => s.ratio)), ratioText), cell(spread(done.map((s) => s.cpu_ratio)), ratioText)]
-      .map((text) => html("td", text)));
-    return tr;
-  }));
-  ui.roundsWarning.textContent = warnings.length ? `The host was unstable: ${warnings.join("; ")}. Trust the ratio `
-    + "to the runs' own CPU time over the ratio to the ideal." : "";
-  ui.roundsSummary.hidden = false;
+  }
+  return plan;
+}
+
+function showTimelines(races) {
+  ui.timelines.hidden = false;
+  drawThumbnails(ui.thumbnails, races.filter((race) => race.round === 1));
 }
 
 async function compareAll() {
   if (!ui.form.reportValidity()) return;
   stopped = false;
-  setRunning(true);
-  ui.comparison.hidden = true;
-  delete ui.comparison.dataset.complete;
-  ui.compareBody.replaceChildren();
-  ui.thumbnails.replaceChildren();
-  ui.roundsSummary.hidden = true;
-  const results = [];
   const rounds = Number(ui.rounds.value);
-  const modes = [...catalog.modes.keys()].filter((mode) => !cannotRun(catalog.modes.get(mode)));
-  // Every mode once per round, in turn: a slow minute on a shared host falls on all of them alike.
-  every: for (let round = 1; round <= rounds; round++) {
-    for (const mode of modes) {
-      if (stopped) break every;
-      const race = await runRace(readRequest(mode));
-      race.round = round;
-      results.push(race);
-      ui.compareBody.append(compareRow(race, rounds > 1 ? round : null));
-      ui.comparison.hidden = false;
-      if (race.phase !== "done") break every;
-    }
+  const plan = comparePlan(rounds);
+  setRunning(true, true);
+  delete ui.comparison.dataset.complete;
+  compareNotes.reset();
+  ui.compareBody.replaceChildren(...plan.map((entry) => entry.row));
+  ui.roundsSummary.hidden = true;
+  ui.timelines.hidden = true;
+  ui.comparison.hidden = false;
+  const results = [];
+  for (const [i, entry] of plan.entries()) {
+    if (stopped) break;
+    comparing = { row: entry.row, at: i + 1, of: plan.length };
+    showMode(entry.mode.name);
+    const race = await runRace(entry.request);
+    race.round = entry.round;
+    results.push(race);
+    const row = compareRow(race, entry.mode, rounds > 1 ? entry.round : null, compareNotes);
+    entry.row.replaceWith(row);
+    showTimelines(results);
+    if (race.phase !== "done") break;
+    // A race whose answers came in one burst (blocking's: its loop passes nothing on while it runs them)
+    // would be drawn only as the next race replaces it: each finished race stays in sight a moment.
+    if (i < plan.length - 1) await new Promise((resolve) => setTimeout(resolve, SHOW_FINISHED_MS));
   }
-  if (rounds > 1) showRounds(results, modes);
-  drawThumbnails(rounds > 1 ? results.filter((race) => race.round === 1) : results);
+  comparing = { row: null, at: results.length, of: plan.length };
+  for (const entry of plan.slice(results.length)) showStep(entry.row, null);
+  if (rounds > 1) showRounds(ui, results, [...new Set(plan.map((entry) => entry.mode.name))], roundsNotes);
   ui.comparison.dataset.complete = "true";
   setRunning(false);
+  if (current) updateStatus(current);
   return results;
 }
 
@@ -479,8 +259,9 @@ async function runOne() {
     return;
   }
   stopped = false;
+  comparing = null;
   setRunning(true);
-  await runRace(readRequest(ui.mode.value));
+  await runRace(readRequest(selectedMode().name));
   setRunning(false);
 }
 
@@ -493,7 +274,7 @@ async function fetchJson(url) {
 }
 
 async function init() {
-  drawDefs();
+  drawDefs($("#defs defs"));
   draw();
   new ResizeObserver(() => scheduleDraw()).observe(ui.timeline.parentElement);
   ui.form.addEventListener("submit", (event) => {
@@ -510,21 +291,10 @@ async function init() {
       ui.peersStatus.textContent = `Could not load the comparison: ${error.message}`;
     });
   });
-  ui.mode.addEventListener("change", renderModeNotes);
-  ui.workload.addEventListener("change", renderModeNotes);
   try {
     const [modes, workloads, options, stats] = await Promise.all(
       ["/modes", "/workloads", "/race/options", "/stats"].map(fetchJson));
-    for (const mode of modes) if (options.modes.includes(mode.name)) catalog.modes.set(mode.name, mode);
-    for (const w of workloads) catalog.byName.set(w.name, w);
-    catalog.concurrency = options.concurrency;
-    catalog.server = stats.server;
-    ui.concurrency.min = options.concurrency.min;
-    ui.concurrency.max = options.concurrency.max;
-    for (const w of workloads) ui.workload.append(new Option(w.name, w.name));
-    renderModes();
-    renderFacts();
-    renderModeNotes();
+    showCatalog(modes, workloads, options, stats.server);
     document.body.dataset.ready = "true";
   } catch (error) {
     ui.status.textContent = `Could not load the lab's settings: ${error.message}`;

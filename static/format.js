@@ -1,11 +1,14 @@
 // Small helpers every part of the page shares: SVG and HTML nodes, numbers as words, axis ticks.
 
 export const SVG_NS = "http://www.w3.org/2000/svg";
-// Okabe–Ito: distinguishable with every common colour-vision deficiency.
-export const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
+// Okabe–Ito: distinguishable with every common colour-vision deficiency. One per worker; its pink is the
+// GIL meter's and its black a request that got no answer, so no worker is drawn in them.
+export const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#56B4E9", "#D55E00", "#F0E442"];
 export const NOTICEABLE_MS = 100; // about where a person notices a delay
 
 export const $ = (selector) => document.querySelector(selector);
+
+export const known = (value) => value !== null && value !== undefined;
 
 export function el(tag, attrs = {}, parent = null, text = null) {
   const node = document.createElementNS(SVG_NS, tag);

@@ -2,6 +2,7 @@
 // `make compare`), read-only: its question, its findings, a bar per configuration and the table.
 
 import { PALETTE, el, html, ms, sec } from "./format.js";
+import { RatioNotes, belowOne } from "./ideal.js";
 
 const SERVERS = ["lab", "uwsgi", "gunicorn"];
 
@@ -15,7 +16,7 @@ function spread(row) {
 }
 
 // One bar per row: makespan over the ideal (1 is the best that server's model allows).
-function chart(rows) {
+function chart(rows, notes) {
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("class", "peers-chart");
   svg.setAttribute("role", "img");
@@ -38,12 +39,15 @@ function chart(rows) {
       `${row.server} ${row.config} · ${row.workload} ×${row.concurrency}`);
     el("rect", { x: left, y: y + 3, width: Math.max(1, x(row.ratio || 0) - left), height: rowH - 6,
       fill: colour(row.server), class: "bar" }, svg);
-    el("text", { x: x(row.ratio || 0) + 4, y: y + 14 }, svg, `${(row.ratio || 0).toFixed(2)}× · ${spread(row)}`);
+    const below = belowOne(row.ratio);
+    const label = el("text", { x: x(row.ratio || 0) + 4, y: y + 14, class: "ratio", "data-ratio": row.ratio || 0 }, svg,
+      `${(row.ratio || 0).toFixed(2)}×${below ? "*" : ""} · ${spread(row)}`);
+    if (below) label.setAttribute("aria-describedby", notes.note("t"));
   });
   return svg;
 }
 
-function table(rows) {
+function table(rows, notes) {
   const heads = ["server", "config", "workload", "c", "all answered", "ideal", "× ideal", "/ping worst", "spread",
     "processes", "threads", "RSS MB"];
   const tbl = html("table");
@@ -58,9 +62,11 @@ function table(rows) {
   const body = html("tbody");
   for (const row of rows) {
     const line = html("tr");
-    for (const cell of [row.server, row.config, row.workload, row.concurrency, sec(row.elapsed_s), sec(row.ideal_s),
-      `${(row.ratio || 0).toFixed(2)}×`, ms(row.ping_max_ms), spread(row), row.peak_processes, row.peak_threads,
-      Math.round(row.rss_mb)]) {
+    for (const cell of [row.server, row.config, row.workload, row.concurrency, sec(row.elapsed_s), sec(row.ideal_s)]) {
+      line.append(html("td", String(cell)));
+    }
+    line.append(notes.cell(row.ratio || 0, "t"));
+    for (const cell of [ms(row.ping_max_ms), spread(row), row.peak_processes, row.peak_threads, Math.round(row.rss_mb)]) {
       line.append(html("td", String(cell)));
     }
     body.append(line);
@@ -95,6 +101,7 @@ export async function showPeers(container, status) {
   status.textContent = `${doc.question} From bench/results/${doc.run}${doc.quick ? " (a --quick run)" : ""}.`;
   const findings = html("ul", null, "findings");
   for (const text of doc.findings || []) findings.append(html("li", text));
-  container.replaceChildren(findings, chart(doc.rows), table(doc.rows));
+  const notes = new RatioNotes(html("div", null, "ratio-notes"), "peers");
+  container.replaceChildren(findings, chart(doc.rows, notes), table(doc.rows, notes), notes.container);
   container.dataset.rows = String(doc.rows.length);
 }

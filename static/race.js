@@ -1,13 +1,47 @@
 // The race client: asks the server for one race over the /race WebSocket and folds its events into
 // the race's state. The page never times anything itself: every number is in the events.
 
-export function newRace(request) {
+import { plural, sec } from "./format.js";
+
+// `waits`: the race's workload only waits (a sleep, the upstream): what its runs did not compute was their own wait.
+export function newRace(request, waits = false) {
   return {
-    // pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil, core_wait}), as the
-    // load generator sends them
-    request, phase: "connecting", solo: null, server: null, capacity: null, responses: [], pings: [],
-    summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
+    // soloRuns: the solo runs t comes from, as each ended ({run, of, sent, received, seconds}); solo: t, once
+    // the race starts. pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil,
+    // core_wait}), as the load generator sends them
+    request, waits, phase: "connecting", soloRuns: [], solo: null, server: null, capacity: null, responses: [],
+    pings: [], summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
   };
+}
+
+// t as far as it is known: the race's, or the median of the solo runs so far.
+export function soloSoFar(race) {
+  if (race.solo) return race.solo;
+  const seconds = race.soloRuns.map((run) => run.seconds).sort((a, b) => a - b);
+  return seconds.length ? seconds[Math.floor((seconds.length - 1) / 2)] : null;
+}
+
+// Where the race is, in a few words: "timing one request alone (run 2 of 3 took 0.35 s)…", "racing, 4 of 10
+// answered…"; `brief`, fewer: "timing t alone, run 2 of 3", "racing, 4 of 10 answered".
+export function stepWords(race, brief = false) {
+  const n = race.request.concurrency;
+  const runs = race.soloRuns;
+  const last = runs[runs.length - 1];
+  switch (race.phase) {
+    case "connecting":
+      return "connecting";
+    case "solo":
+      if (brief) return last ? `timing t alone, run ${last.run} of ${last.of}` : "warming up, then timing t alone";
+      return `timing one request alone (${last ? `run ${last.run} of ${last.of} took ${sec(last.seconds)}`
+        : "after warming the server up"}): that time is the t in the ideal`;
+    case "racing":
+      return `racing, ${race.responses.length} of ${n} answered${brief ? ""
+        : ` (${plural(n, "request")} released together)`}`;
+    case "done":
+      return `done, all answered after ${sec(race.summary.elapsed_s)}`;
+    default:
+      return `did not finish. ${race.error || ""}`;
+  }
 }
 
 // One probe as a batch of one, so the tracks draw single "ping" events and "pings" batches alike.
@@ -23,6 +57,9 @@ function apply(race, event) {
   switch (event.event) {
     case "start":
       race.phase = "solo";
+      return true;
+    case "solo":
+      race.soloRuns.push(event);
       return true;
     case "race":
       race.phase = "racing";
@@ -52,11 +89,11 @@ function apply(race, event) {
   }
 }
 
-// Run one race. `onChange(race, event)` runs after every event (event null: nothing new, a tick
+// Run one race (`waits`: as newRace). `onChange(race, event)` runs after every event (event null: nothing new, a tick
 // while the server is quiet). Returns {race, stop, finished}: `finished` resolves with the race
 // once the server closes the connection; `stop()` closes it first, which kills the load generator.
-export function startRace(request, onChange) {
-  const race = newRace(request);
+export function startRace(request, onChange, waits = false) {
+  const race = newRace(request, waits);
   let stopped = false;
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const socket = new WebSocket(`${scheme}//${location.host}/race`);

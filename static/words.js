@@ -2,7 +2,9 @@
 // reason come from the server (bench/ideal.py over the mode registry), and what a mode does from
 // /modes: the explanations depend on where the work ran (`runs_on`), not on a list of mode names.
 
-import { NOTICEABLE_MS, escape, ms, plural, sec } from "./format.js";
+import { split } from "./bars.js";
+import { NOTICEABLE_MS, escape, known as told, ms, plural, sec } from "./format.js";
+import { headline, noteHtml, ratioHtml, tBasis } from "./ideal.js";
 
 // What the responses say beyond the summary: how long runs took where they ran, how much of that
 // they computed (their CPU time), how many overlapped.
@@ -16,9 +18,8 @@ export function facts(race) {
     return values.length === runs.length && values.length ? values.reduce((a, b) => a + b, 0) / values.length / 1000 : null;
   };
   const meanCpu = mean("cpu_ms");
-  // Blocked by something other than the GIL: all of blocked_ms where the GIL's part is not told, the rest where it is.
-  const others = ok.map((r) => r.body.timing).filter((t) => t.blocked_ms !== null && t.blocked_ms !== undefined)
-    .map((t) => t.blocked_ms - (t.gil_wait_ms ?? 0));
+  // Blocked by something other than the GIL or the run's own wait (bars.js's split, as the bars are drawn).
+  const others = ok.map((r) => split(r.body.timing, race.waits).other).filter((other) => other !== null);
   const meanOtherBlocked = others.length === runs.length && others.length
     ? others.reduce((a, b) => a + b, 0) / others.length / 1000 : null;
   const edges = ok.flatMap((r) => [[r.body.timing.started, 1], [r.body.timing.finished, -1]])
@@ -27,8 +28,8 @@ export function facts(race) {
   let overlap = 0;
   for (const [, step] of edges) overlap = Math.max(overlap, (running += step));
   const stretch = meanRun && race.summary.solo_s ? meanRun / race.summary.solo_s : null;
-  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"), meanOtherBlocked,
-    stretch, overlap };
+  return { meanRun, meanCpu, meanCoreWait: mean("core_wait_ms"), meanGilWait: mean("gil_wait_ms"),
+    meanOwnWait: mean("io_wait_ms"), meanOtherBlocked, stretch, overlap };
 }
 
 // "Each thread computed 0.20 s on average and took 1.20 s from start to finish: it waited 0.90 s (75%) for
@@ -41,12 +42,15 @@ function cpuWords(known, who, waitingFor) {
     + "finish: ";
   const part = (seconds, what) => `${sec(seconds)} (<strong>${Math.round(100 * seconds / known.meanRun)}%</strong>) ${what}`;
   if (known.meanCoreWait !== null) {
-    const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"]]
+    const waits = [[known.meanGilWait, "for the GIL"], [known.meanCoreWait, "for a core"],
+      [known.meanOwnWait, "on purpose (its own wait)"]]
       .filter(([seconds]) => seconds !== null && seconds >= 0.005).sort((a, b) => b[0] - a[0]);
     const other = known.meanOtherBlocked !== null && known.meanOtherBlocked >= 0.005
       ? ` It was blocked ${part(known.meanOtherBlocked, "by something other than the GIL")}.` : "";
     if (!waits.length) return `${head}it hardly waited at all.${other}`;
-    return `${head}it waited ${waits.map(([seconds, what]) => part(seconds, what)).join(" and ")}.${other}`;
+    const told = waits.map(([seconds, what]) => part(seconds, what));
+    return `${head}it waited ${[told.slice(0, -1).join(", "), told[told.length - 1]].filter(Boolean).join(" and ")
+    }.${other}`;
   }
   const waiting = Math.round(100 * Math.max(0, 1 - known.meanCpu / known.meanRun));
   return `${head}<strong>${waiting}%</strong> of it waiting for ${waitingFor}.`;
@@ -58,20 +62,16 @@ export function describeRun(request, mode) {
   return `${what}${params ? ` ${params}` : ""}`;
 }
 
-export function ratioText(ratio) {
-  return Number.isFinite(ratio) ? `${ratio.toFixed(2)}×` : "–";
-}
-
-// Judged against the burst's own CPU time where the runs report it (an ideal the host's speed does
-// not move), else against what this machine can reach where that was measured, and never outside
-// the noise the single runs showed: a difference inside it is no news.
+// The verdict, against the headline ideal where it comes from the runs' own CPU time (which the host's
+// speed does not move), else against what this machine can reach where that was measured, and never
+// outside the noise the single runs showed: a difference inside it is no news. Below that, the ratio's
+// own note says why.
 function ratioWords(s) {
-  const against = s.cpu_ratio ?? s.reachable_ratio ?? s.ratio;
+  const head = headline(s);
+  const against = head.basis === "cpu" ? head.ratio : s.reachable_ratio ?? s.ratio;
   if (!Number.isFinite(against)) return "";
   const noise = Math.max(0.15, s.solo_spread || 0);
-  if (against < 1 - noise) {
-    return "Faster than the estimate: the single run t comes from was slower than usual (a busy machine, or a cold start).";
-  }
+  if (against < 1 - noise) return "";
   if (against <= 1 + noise) {
     return `That is as good as this machine allows: the difference is within the noise of the single runs (${
       Math.round(100 * (s.solo_spread || 0))}% between the fastest and the slowest).`;
@@ -84,40 +84,45 @@ function ratioWords(s) {
     + "short runs (try a bigger workload).";
 }
 
-// t, how much it varied, the ideal from nominal cores, and the one this machine can reach.
+// The ideal's words (bench/lib/ideal.py: "…: 5 rounds of 0.35 s.") with another t.
+function withT(words, solo, t) {
+  const tail = `${sec(solo)}.`;
+  return words.endsWith(tail) ? `${words.slice(0, -tail.length)}${sec(t)}` : `${words.replace(/\.$/, "")} (t = ${sec(t)})`;
+}
+
+// What this machine can reach where runs go at once, as measured with copies of a loop.
+function reachWords(s, capacity) {
+  if (!capacity || !told(s.slowdown)) return "";
+  if (s.slowdown <= 1.02) {
+    return ` This machine lives up to it: ${capacity.copies} copies of a loop at once ran as fast as one alone.`;
+  }
+  return ` But runs at once are slower here than one alone: when this machine ran ${capacity.copies} copies of a `
+    + `loop together, each took <b>${s.slowdown.toFixed(2)}×</b> as long (about ${capacity.effective_cores.toFixed(1)} `
+    + "cores' worth of parallel work: a virtual machine shares its cores), so from t the best it can reach is "
+    + `<strong>${sec(s.reachable_ideal_s)}</strong>, and the race took ${ratioHtml(s.reachable_ratio, "summary-below-reach")
+    } that.${noteHtml(s.reachable_ratio, "reach", "summary-below-reach")}`;
+}
+
+// The headline ideal and the race's ratio to it; where that is the runs' own CPU time, t and the
+// ideal from it beside. Every ratio below 1 comes with its sentence.
 function idealWords(s, capacity) {
   const samples = s.solo_samples_s || [];
   const spread = samples.length > 1
     ? ` (${samples.length} runs: ${sec(Math.min(...samples))}–${sec(Math.max(...samples))})` : "";
-  let text = `One request alone takes <b>t = ${sec(s.solo_s)}</b>${spread}. The ideal for this server is `
-    + `<strong>${sec(s.ideal_s)}</strong>: ${escape(s.ideal_words)}`;
-  const measured = capacity && s.slowdown !== null && s.slowdown !== undefined;
-  const slower = measured && s.slowdown > 1.02;
-  if (slower) {
-    text += ` But runs at once are slower here than one alone: when this machine ran ${capacity.copies} copies of a `
-      + `loop together, each took <b>${s.slowdown.toFixed(2)}×</b> as long (about ${capacity.effective_cores.toFixed(1)} `
-      + "cores' worth of parallel work: a virtual machine shares its cores), so the best it can reach is "
-      + `<strong>${sec(s.reachable_ideal_s)}</strong>.`;
-  } else if (measured) {
-    text += ` This machine lives up to it: ${capacity.copies} copies of a loop at once ran as fast as one alone.`;
+  const alone = `<b>t = ${sec(s.solo_s)}</b>${spread}`;
+  const fromT = `the race took ${ratioHtml(s.ratio, "summary-below-t")} that.${
+    noteHtml(s.ratio, tBasis(s), "summary-below-t")}`;
+  if (headline(s).basis !== "cpu") {
+    return `One request alone took ${alone}. The ideal for this server is <strong>${sec(s.ideal_s)}</strong>: `
+      + `${escape(s.ideal_words)} ${fromT[0].toUpperCase()}${fromT.slice(1)}${reachWords(s, capacity)} ${ratioWords(s)}`;
   }
-  const reach = slower ? `, <strong>${ratioText(s.reachable_ratio)}</strong> what this machine can reach` : "";
-  return `${text} This race took <strong>${ratioText(s.ratio)}</strong> the ideal${reach}.${cpuIdealWords(s)} `
-    + ratioWords(s);
+  const cpuT = s.cpu_ideal_s / Math.max(1, Math.round(s.ideal_s / s.solo_s));
+  return `The ideal for this server is <strong>${sec(s.cpu_ideal_s)}</strong>: ${escape(withT(s.ideal_words, s.solo_s,
+    cpuT))}, each run as long as the runs' own CPU time in this race (their median), which the host's speed does not `
+    + `move. The race took ${ratioHtml(s.cpu_ratio, "summary-below-cpu")} that.${
+      noteHtml(s.cpu_ratio, "cpu", "summary-below-cpu")} ${ratioWords(s)} Timed alone before the race, one request `
+    + `took ${alone}: from it the ideal is ${sec(s.ideal_s)}, and ${fromT}${reachWords(s, capacity)}`;
 }
-
-// The ideal from the burst's own CPU time, and what a nominal ratio below 0.95 means.
-function cpuIdealWords(s) {
-  if (s.cpu_ratio === null || s.cpu_ratio === undefined) return "";
-  const slowT = s.ratio < SLOW_T_RATIO
-    ? " Below 1 against t means t was timed on a slower moment than the burst: the host's speed moves." : "";
-  return `${slowT} With t taken from the runs themselves (their median CPU time in the burst, which the host's `
-    + `speed does not move) the ideal is ${sec(s.cpu_ideal_s)}, and the race took `
-    + `<strong>${ratioText(s.cpu_ratio)}</strong> that; the verdict uses this one.`;
-}
-
-// A nominal ratio under this is not news about the server: t was timed on a slow moment (bench/summary.py).
-const SLOW_T_RATIO = 0.95;
 
 // Processes and sub-interpreters do not share a GIL, so a worker started but not computing waited for a
 // core, or was blocked by something else: the cores are blamed, never the GIL (a Dask worker's own few

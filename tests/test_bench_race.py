@@ -19,6 +19,7 @@ RACE = [sys.executable, "-m", "bench.race"]
 TINY = ["--workload", "sleep", "-p", "seconds=0.05"]
 
 # The fields the page's race driver relies on (bench/race.py EVENTS): they may grow, never shrink.
+SOLO_FIELDS = {"event", "run", "of", "sent", "received", "seconds"}
 RACE_FIELDS = {"event", "url", "mode", "workload", "params", "concurrency", "solo_s", "server"}
 RESPONSE_FIELDS = {"event", "index", "sent", "received", "status", "body"}
 PING_FIELDS = {"event", "sent", "received", "ms", "status", "gil"}
@@ -41,10 +42,12 @@ def test_jsonl_stream_keeps_the_page_contract(start_server: StartServer) -> None
     assert done.stderr == ""  # no progress ticks in the stream's company
     events = [json.loads(line) for line in done.stdout.splitlines()]  # every line is JSON
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "race" and kinds[-1] == "done"
-    assert set(kinds) == {"race", "response", "pings", "done"}  # probes in batches (--ping-batch 0.1)
-    assert set(events[0]) >= RACE_FIELDS
-    assert events[0]["mode"] == "processing" and events[0]["params"] == {"seconds": "0.05"}
+    assert kinds[:4] == ["solo", "solo", "solo", "race"] and kinds[-1] == "done"  # t's runs, each as it ends
+    assert set(kinds) == {"solo", "race", "response", "pings", "done"}  # probes in batches (--ping-batch 0.1)
+    assert all(set(e) >= SOLO_FIELDS for e in events[:3])
+    race = events[3]
+    assert set(race) >= RACE_FIELDS
+    assert race["mode"] == "processing" and race["params"] == {"seconds": "0.05"}
     responses = [e for e in events if e["event"] == "response"]
     assert sorted(r["index"] for r in responses) == [0, 1, 2, 3]
     assert all(set(r) >= RESPONSE_FIELDS and r["status"] == 200 for r in responses)

@@ -8,27 +8,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psutil
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
-# (chromium_path fails, never skips, when there is no chromium: CI installs it.)
-from bench.page import CHROMIUM_ARGS, Meters, chromium_path, family, settle
+from bench.page import Meters, family, settle
 from lab import ROOT
 from lab.modes.registry import MODES
 from tests.bench_helpers import is_png
 from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer
+from tests.page_visit import RACE_TIMEOUT_MS, Visit, assert_labels_fit, chromium, load, visiting
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.browser
 
 SCREENSHOTS = ROOT / "test-artifacts" / "page"
-RACE_TIMEOUT_MS = 60_000  # generous: other suites may share the cores
 # The same GIL-bound loop in every mode (about 0.15 s a run here), so the screenshots compare.
 RUN_N = "8000000"
 
@@ -46,52 +43,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Debian's chromium (Playwright's own download is not used); each launch gets a fresh temporary profile."""
-    executable = chromium_path()
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@dataclass
-class Visit:
-    page: Page
-    origin: str
-    urls: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def assert_clean(self) -> None:
-        assert self.errors == []
-        assert self.urls, "no request was recorded"
-        for url in self.urls:
-            parts = urlsplit(url)
-            assert (parts.scheme, parts.netloc) in {("http", self.origin), ("ws", self.origin)}, url
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def visit(lab: LabServer, browser: Browser) -> Iterator[Visit]:
     """The page at 1280x800 in a fresh context, every request and console error recorded."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=lab.url)
-    try:
-        page = context.new_page()
-        seen = Visit(page, urlsplit(lab.url).netloc)
-
-        def on_console(message: ConsoleMessage) -> None:
-            if message.type == "error":
-                seen.errors.append(message.text)
-
-        page.on("console", on_console)
-        page.on("pageerror", lambda error: seen.errors.append(str(error)))
-        page.on("request", lambda request: seen.urls.append(request.url))
-        page.on("websocket", lambda socket: seen.urls.append(socket.url))
-        page.goto("/")
-        page.wait_for_selector("body[data-ready=true]")
+    with visiting(browser, lab.url, {"width": 1280, "height": 800}) as seen:
+        load(seen)
         yield seen
-    finally:
-        context.close()
 
 
 def race(page: Page, mode: str, workload: str | None, params: dict[str, str], concurrency: int) -> None:
@@ -162,7 +123,8 @@ def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabSer
     pids = {b["pid"] for b in drawn}
     assert len(pids) == 2 and str(lab.pid) not in pids  # the embedded cluster's two workers
     labels = page.eval_on_selector_all("#timeline .lane-label > text:first-of-type", "ts => ts.map(t => t.textContent)")
-    assert sum(label.startswith("worker 127.0.0.1:") for label in labels) == 2, labels
+    assert sum(label.startswith("127.0.0.1:") for label in labels) == 2, labels  # each worker by its address
+    assert_labels_fit(page)
     summary = page.inner_text("#summary")
     assert "10 distributed requests" in summary and "Dask worker process" in summary
     done(visit, "distributed")
@@ -286,7 +248,7 @@ def test_stop_kills_the_load_generator(visit: Visit, lab: LabServer) -> None:
     page.fill("#concurrency", "6")
     page.click("#run")
     page.wait_for_selector("#stop:not([hidden])")
-    expect(page.locator("#status")).to_have_text(re.compile(r"^Timing one request"), timeout=RACE_TIMEOUT_MS)
+    expect(page.locator("#status")).to_contain_text("timing one request alone", timeout=RACE_TIMEOUT_MS)
     assert wait_for(lambda: bool(lab.load_generators()))
     page.click("#stop")
     page.wait_for_selector("#run:not([disabled])")

@@ -60,9 +60,12 @@ def test_a_processing_race_streams_every_event_in_order(start_server: StartServe
     events = run_race(lab.url, request)
     kinds = [e["event"] for e in events]
 
-    assert kinds[0] == "start" and kinds[1] == "race" and kinds[-1] == "done", kinds
-    assert set(kinds[2:-1]) <= {"response", "pings"} and kinds.count("response") == 4
-    start, race, done = events[0], events[1], events[-1]
+    # The solo runs t comes from, each as it ends, then the race.
+    assert kinds[:5] == ["start", "solo", "solo", "solo", "race"] and kinds[-1] == "done", kinds
+    assert set(kinds[5:-1]) <= {"response", "pings"} and kinds.count("response") == 4
+    start, race, done = events[0], events[4], events[-1]
+    assert [(e["run"], e["of"]) for e in events[1:4]] == [(1, 3), (2, 3), (3, 3)]
+    assert sorted(e["seconds"] for e in events[1:4]) == sorted(race["solo_samples_s"])
     assert start == {"event": "start", "mode": "processing", "workload": "count", "params": {"n": 300000},
                      "concurrency": 4}  # fmt: skip
     # The load generator aimed at the server's own address.
@@ -167,7 +170,8 @@ def test_the_race_ignores_the_host_header(server: LabServer) -> None:
         {"mode": "blocking", "workload": "sleep", "params": {"seconds": "0"}, "concurrency": 1},
         headers={"Host": "localhost:80"},
     )
-    assert events[1]["url"].startswith(f"{server.url}/blocking/sleep")
+    race = next(e for e in events if e["event"] == "race")
+    assert race["url"].startswith(f"{server.url}/blocking/sleep")
     assert events[-1]["event"] == "done"
 
 

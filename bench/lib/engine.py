@@ -37,6 +37,7 @@ from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
 
 EVENTS = """
+{"event": "solo", "run", "of", "sent", "received", "seconds"}          one per solo run t comes from, as it ends
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
                   "solo_samples_s": [...], "solo_runs", "reps", "capacity": {...} or null}
 {"event": "response", "index", "sent", "received", "status", "body"}   one per request, as it completes
@@ -109,8 +110,11 @@ def server_modes(base: str, workload: str | None, timeout: float) -> tuple[list[
     return runnable, skipped
 
 
-def solo_samples(url: str, runs: int, timeout: float) -> tuple[list[float], Any]:
-    """Client-side seconds of `runs` requests sent one at a time, and the last reply's body."""
+def solo_samples(
+    url: str, runs: int, timeout: float, emit: Callable[[Event], None] = lambda event: None
+) -> tuple[list[float], Any]:
+    """Client-side seconds of `runs` requests sent one at a time, and the last reply's body; `emit` sees a
+    "solo" event as each ends (the page draws t while it is being timed)."""
     samples: list[float] = []
     body: Any = None
     for run in range(runs):
@@ -118,6 +122,8 @@ def solo_samples(url: str, runs: int, timeout: float) -> tuple[list[float], Any]
         if status != 200:
             raise RuntimeError(f"solo request to {url} failed with {status}: {body}")
         samples.append(received - sent)
+        emit({"event": "solo", "run": run + 1, "of": runs, "sent": sent, "received": received,
+              "seconds": received - sent})  # fmt: skip
     return samples, body
 
 
@@ -158,7 +164,7 @@ def race(spec: RaceSpec, on_event: Callable[[Event], None] | None = None) -> tup
     emit = _serialised(on_event)
     spec = replace(spec, base=spec.base.rstrip("/"))
     url = spec.url or mode_url(spec.base, spec.mode, spec.workload, spec.params)
-    solo = time_solo_runs(spec, url)
+    solo = time_solo_runs(spec, url, emit)
     capacity = parallel_capacity(spec, solo.server)
     emit(race_event(spec, url, solo, capacity))
     responses, pings = _fire(spec, url, emit)
@@ -169,12 +175,13 @@ def race(spec: RaceSpec, on_event: Callable[[Event], None] | None = None) -> tup
     return summary, sorted(responses, key=lambda r: r.index), pings
 
 
-def time_solo_runs(spec: RaceSpec, url: str) -> Solo:
-    """Warm the endpoint up (with `warmup_s`), time the solo runs t comes from, read the server's facts."""
+def time_solo_runs(spec: RaceSpec, url: str, emit: Callable[[Event], None] = lambda event: None) -> Solo:
+    """Warm the endpoint up (with `warmup_s`), time the solo runs t comes from (a "solo" event each), read the
+    server's facts."""
     server = spec.server or server_facts(spec.base, spec.timeout)
     if spec.warmup_s > 0:
         warm_up(url, int(server["cpu_count"]), spec.warmup_s, spec.timeout)
-    samples, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout)
+    samples, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout, emit)
     # Once more, as the race will find it: the first request may have started
     # what the mode runs on (the embedded Dask cluster starts on first use).
     return Solo(samples, spec.server or server_facts(spec.base, spec.timeout))

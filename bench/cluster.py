@@ -96,6 +96,7 @@ FAULT_COLUMNS = (
     Column("sent", "sent", "{:d}"),
     Column("ok", "200", "{:d}"),
     Column("retry_after", "503 + Retry-After", "{:d}"),
+    Column("bare_503", "503 bare", "{:d}"),
     Column("timeouts_504", "504", "{:d}"),
     Column("other", "other", "{:d}"),
     Column("unaccounted", "no answer", "{:d}"),
@@ -104,6 +105,7 @@ FAULT_COLUMNS = (
     Column("lab_noticed_s", "lab noticed s"),
     Column("dropped_s", "dropped s"),
     Column("serves_again_s", "serves again s"),
+    Column("probe_s", "its answer s"),
     Column("whole_again_s", "whole again s"),
 )
 

@@ -117,6 +117,27 @@ class Watcher:
         self._stop.set()
         self._thread.join()
 
+    def changes(self, after: float, victim: str | None) -> list[tuple[float, str, int, float | None]]:
+        """From `after`: (seconds, scheduler state, workers listed, the victim's quiet seconds or None if not
+        listed) at each sample where the state, the count or the victim's presence changed, or it went quiet."""
+        shown: list[tuple[float, str, int, float | None]] = []
+        last: tuple[str, int, bool, bool] | None = None
+        for at, state, workers in self.samples:
+            if at < after:
+                continue
+            quiet = workers.get(str(victim))
+            now = (state, len(workers), quiet is not None, (quiet or 0.0) >= QUIET_S)
+            if now != last:
+                shown.append((round(at - after, 2), state, len(workers), quiet))
+                last = now
+        return shown
+
+    def wait(self, after: float, holds: Callable[[str, dict[str, float]], bool], timeout: float) -> float | None:
+        """`first(after, holds)`, waiting up to `timeout` seconds from `after` for a sample where it holds."""
+        while (found := self.first(after, holds)) is None and time.time() - after < timeout:
+            time.sleep(POLL_S)
+        return found
+
     def first(self, after: float, holds: Callable[[str, dict[str, float]], bool]) -> float | None:
         """Seconds from `after` to the first sample at or after it where `holds(state, workers)`; None if never."""
         for at, state, workers in self.samples:
@@ -126,10 +147,11 @@ class Watcher:
 
 
 def settle(hosts: HostCluster, timeout: float = SETTLE_S) -> None:
-    """Wait until the lab sees every worker, its scheduler connected, and answers a task with 200."""
+    """Wait until the lab sees every worker, none of them quiet, and answers a task with 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if len(hosts.workers()) == len(WORKERS) and hosts.get("/distributed/sleep?seconds=0", 30).status == 200:
+        workers = {str(w["address"]): float(w.get("quiet_s") or 0.0) for w in hosts.workers()}
+        if _whole(workers) and hosts.get("/distributed/sleep?seconds=0", 30).status == 200:
             return
         time.sleep(0.5)
     raise RuntimeError(f"the cluster was not whole and serving within {timeout:g} s; lab log:\n{hosts.log('lab')}")
@@ -155,12 +177,15 @@ def strike(hosts: HostCluster, fault: Fault, burst: Burst) -> dict[str, Any]:
         if fault.restore is not None:
             fault.restore(hosts.net, fault.role)
         undone = time.time()
+        again = hosts.client.submit(_serves_again, hosts, undone)  # meanwhile the burst ends
         answers = [reply.result() for reply in replies]
-        again = _serves_again(hosts, undone)
-        whole = _whole_again(hosts, undone)
+        whole = watcher.wait(undone, lambda _, workers: _whole(workers), RECOVERY_S)
+        serves_again_s, probe_s = again.result()
     row = {"fault": fault.name, "what": fault.what, "host": fault.role, "hold_s": fault.hold_s,
-           **account(answers, burst), "serves_again_s": again, "whole_again_s": whole}  # fmt: skip
+           **account(answers, burst), "serves_again_s": serves_again_s, "probe_s": probe_s,
+           "whole_again_s": whole}  # fmt: skip
     row.update(_noticed(watcher, fault, victim, struck))
+    row["timeline"] = watcher.changes(struck, victim)
     return row
 
 
@@ -174,25 +199,22 @@ def _wait_running(hosts: HostCluster, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def _serves_again(hosts: HostCluster, since: float) -> float | None:
-    """Seconds from `since` to the first 200 of a tiny task, asked every POLL_S; None within RECOVERY_S."""
+def _serves_again(hosts: HostCluster, since: float) -> tuple[float | None, float | None]:
+    """From `since`, a tiny task at a time (the next POLL_S after an answer): when the first one answered 200
+    was sent, in seconds from `since`, and how long it took; (None, None) if none within RECOVERY_S."""
     for probe in range(int(RECOVERY_S / POLL_S)):
         if time.time() - since > RECOVERY_S:
             break
-        reply = hosts.get(f"/distributed/sleep?seconds=0&_=probe{probe}", 10)
+        reply = hosts.get(f"/distributed/sleep?seconds=0&_=probe{probe}", RECOVERY_S)
         if reply.status == 200:
-            return round(reply.received - since, 2)
+            return round(max(0.0, reply.sent - since), 2), round(reply.seconds, 2)
         time.sleep(POLL_S)
-    return None
+    return None, None
 
 
-def _whole_again(hosts: HostCluster, since: float) -> float | None:
-    """Seconds from `since` until the lab sees every worker again; None within RECOVERY_S."""
-    while time.time() - since < RECOVERY_S:
-        if len(hosts.workers()) == len(WORKERS):
-            return round(time.time() - since, 2)
-        time.sleep(POLL_S)
-    return None
+def _whole(workers: dict[str, float]) -> bool:
+    """Every worker host has a worker listed, and none of them is quiet."""
+    return len(workers) == len(WORKERS) and all(quiet < QUIET_S for quiet in workers.values())
 
 
 def _noticed(watcher: Watcher, fault: Fault, victim: str | None, struck: float) -> dict[str, Any]:

@@ -26,18 +26,16 @@ import asyncio
 import itertools
 import math
 import os
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 import distributed
 
 from bench.lib.hosts import WORKERS, HostCluster
 from bench.lib.netns import rate_bits
 from bench.lib.stats import median
-from workloads.cpu import count
 
 PAYLOAD_BYTES = 1_000_000
 CALIBRATION_N = 3_000_000
@@ -53,15 +51,31 @@ class Plan:
     rounds: int
 
 
-def ship(payload: bytes, n: int) -> tuple[int, float]:
-    """On a worker: count(n); the bytes it was sent and the seconds it computed."""
-    started = time.perf_counter()
-    count(n)
-    return len(payload), time.perf_counter() - started
+def shipper() -> Callable[[bytes, int], tuple[int, float]]:
+    """The function each task runs on a worker, made in a call so that it travels by value.
+
+    distributed pickles a task with plain pickle when it can, which names a
+    module-level function's module for the scheduler to import (it unpickles
+    the graph, and has nothing of the bench); a function local to a call cannot
+    be pickled so, and goes through cloudpickle, by value (as the lab's own
+    task does, lab/modes/distributed/worker.py).
+    """
+
+    def ship(payload: bytes, n: int) -> tuple[int, float]:
+        # count(n); the bytes it was sent and the seconds it computed. `workloads` is imported where this
+        # runs: the lab ships it to the workers.
+        import time  # noqa: PLC0415
+
+        from workloads.cpu import count  # noqa: PLC0415
+
+        started = time.perf_counter()
+        count(n)
+        return len(payload), time.perf_counter() - started
+
+    return ship
 
 
-# The workers import nothing of the bench: `ship` travels by value (count by reference: the lab ships `workloads`).
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+SHIP = shipper()
 
 
 def measure(hosts: HostCluster, plan: Plan) -> dict[str, Any]:
@@ -94,7 +108,7 @@ async def _cells(hosts: HostCluster, plan: Plan) -> dict[tuple[str | None, float
 
 async def _calibrate(client: distributed.Client) -> float:
     """count's iterations per millisecond on a worker (the best of a few runs: the host's quiet speed)."""
-    runs = [await client.submit(ship, b"", CALIBRATION_N, pure=False) for _ in range(3)]
+    runs = [await client.submit(SHIP, b"", CALIBRATION_N, pure=False) for _ in range(3)]
     return float(CALIBRATION_N / (min(seconds for _, seconds in runs) * 1000))
 
 
@@ -102,7 +116,7 @@ async def _one(hosts: HostCluster, client: distributed.Client, payload: bytes, n
     """One task, alone: its wall time at the client, its work at the worker, the bytes across the workers' cables."""
     before = sum(hosts.net.bytes(role) for role in WORKERS)
     started = time.perf_counter()
-    _, seconds = await client.submit(ship, payload, n, pure=False)
+    _, seconds = await client.submit(SHIP, payload, n, pure=False)
     wall = time.perf_counter() - started
     moved = sum(hosts.net.bytes(role) for role in WORKERS) - before
     return {"wall_s": wall, "work_s": seconds, "bytes": float(moved)}

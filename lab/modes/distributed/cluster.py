@@ -246,7 +246,12 @@ class Cluster:
     def submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         if self.client is None:
             raise LabError(503, "the Dask cluster is not connected; retry", retry_after=RETRY_AFTER_S)
-        future = self.client.submit(self._task, job_id, self.topic, workload, params, pure=False)
+        # A worker gone quiet still looks idle to the scheduler (until its worker-ttl or TCP's timeout), and
+        # a task sent there waits out its deadline: while one is quiet, tasks go to the others only.
+        heard = self.roster.heard()
+        future = self.client.submit(
+            self._task, job_id, self.topic, workload, params, pure=False, workers=heard, allow_other_workers=False
+        )
         self._futures[job_id] = future
         return asyncio.ensure_future(self._outcome(job_id, future))
 

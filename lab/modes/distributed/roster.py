@@ -62,6 +62,12 @@ class Roster:
         heard = self._heard.get(address)
         return time.monotonic() - heard[1] if heard is not None else 0.0
 
+    def heard(self) -> list[str] | None:
+        """The workers heard from lately, if some others are quiet; None if all are well (or none is)."""
+        quiet = [address for address in self._heard if self.quiet_s(address) >= WORKER_SILENT_S]
+        heard = [address for address in self._heard if address not in quiet]
+        return heard if quiet and heard else None
+
     def gone(self, address: str) -> str | None:
         """Why the worker at `address` cannot finish a task (it left, or went silent), or None if it can."""
         if address in self.lost:

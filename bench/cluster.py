@@ -65,6 +65,7 @@ SIZES_MS = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 QUICK_SIZES_MS = (0.0, 3.0, 30.0, 300.0)
 RATES = (None, "100mbit", "10mbit")
 FAULT_BURST = "/distributed/sleep?seconds=1"
+TIMEOUTS = {"tuned": DaskTimeouts.tuned(), "quick": DaskTimeouts.quick(), "default": DaskTimeouts()}
 
 OVERHEAD_COLUMNS = (
     Column("target", "target", "{}"),
@@ -121,9 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--quick: 10)")  # fmt: skip
     parser.add_argument("--job-timeout", type=float, default=15.0, metavar="S",
                         help="the lab's --job-timeout during the faults (default: 15)")  # fmt: skip
-    parser.add_argument("--dask-timeouts", choices=("tuned", "default"), default="tuned",
-                        help="tuned: worker-ttl 20s, comm.timeouts.tcp 20s, connect 5s (docs/operating.md); "
-                        "default: Dask's own (5 minutes, 30s, 30s)")  # fmt: skip
+    parser.add_argument("--dask-timeouts", choices=tuple(TIMEOUTS), default="tuned",
+                        help="tuned: worker-ttl 20s, comm.timeouts.tcp 20s, connect 5s (docs/operating.md); quick: "
+                        "5s, 11s, 3s (the tests'); default: Dask's own (5 minutes, 30s, 30s)")  # fmt: skip
     OUT.add(parser, help="folder for the results (default: a new one under bench/results/)")
     NO_FILES.add(parser)
     return parser
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"removed {name}, left by a run that was killed", file=sys.stderr)
     out = None if args.no_files else (args.out or new_results_dir("cluster-"))
     logs = Path(tempfile.mkdtemp(prefix="cluster-logs-")) if out is None else out / "logs"
-    timeouts = DaskTimeouts.tuned() if args.dask_timeouts == "tuned" else DaskTimeouts()
+    timeouts = TIMEOUTS[args.dask_timeouts]
     doc: dict[str, Any] = {"dask_timeouts": timeouts.describe(), "job_timeout": args.job_timeout}
     try:
         with Network(ROLES) as net, HostCluster(net, logs, timeouts) as hosts:

@@ -86,9 +86,9 @@ compare: peers
 	@scripts/system-deps.sh siege
 	$(BIN)/python -m bench.compare $(ARGS)
 
-## system-deps: siege and chromium from apt, when missing
+## system-deps: siege, chromium and iproute2 from apt, when missing
 system-deps:
-	@scripts/system-deps.sh siege chromium
+	@scripts/system-deps.sh siege chromium ip
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

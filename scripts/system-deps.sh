@@ -2,7 +2,7 @@
 # Install the system packages the lab needs, only when missing.
 #   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
 #   scripts/system-deps.sh build PYTHON  a C compiler and PYTHON's headers, to build uWSGI from its source
-#   scripts/system-deps.sh siege chromium
+#   scripts/system-deps.sh siege chromium ip
 set -euo pipefail
 
 apt_install() {
@@ -49,6 +49,8 @@ build)
         case "$tool" in
             # --no-install-recommends leaves out fonts: screenshots need one.
             chromium) missing+=(chromium fonts-dejavu-core) ;;
+            # ip and tc: the network tests' hosts (tests/test_distributed_network.py, as root).
+            ip | tc) missing+=(iproute2) ;;
             *) missing+=("$tool") ;;
         esac
     done

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from bench.lib.hosts import ROLES, DaskTimeouts, HostCluster, Reply
-from bench.lib.netns import Network, ours, pids_in, refusal, sweep
+from bench.lib.netns import PREFIX, Network, ours, pids_in, refusal, sweep
 from lab import ROOT
 from tests.procs import wait_for
 
@@ -52,11 +52,21 @@ def hosts(tmp_path: Path, skip_reason: str | None) -> Iterator[HostCluster]:
     """A scheduler host, two worker hosts and the lab's host; every process and namespace gone afterwards."""
     if skip_reason:
         pytest.skip(skip_reason)
+    seen: list[psutil.Process] = []
     with Network(ROLES) as net, HostCluster(net, tmp_path, TIMEOUTS) as cluster:
         cluster.start(["--process-pool", "1", "--job-timeout", f"{JOB_TIMEOUT:g}"])
         cluster.wait_for_workers(2)
         yield cluster
+        seen += [psutil.Process(pid) for role in ROLES for pid in net.pids(role) if psutil.pid_exists(pid)]
+    _nothing_left(seen)
+
+
+def _nothing_left(seen: list[psutil.Process]) -> None:
+    """No namespace of this process's, no interface of ours in the root namespace, none of `seen` alive."""
     assert not ours(os.getpid()), "a namespace outlived its test"
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    assert f"{PREFIX}{os.getpid():x}-" not in links, links
+    assert not [p.pid for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _burst(hosts: HostCluster, path: str, count: int) -> list[Reply]:
@@ -115,7 +125,7 @@ def test_a_network_and_its_processes_are_gone_after_close(tmp_path: Path, skip_r
         assert len(names) == 3  # two hosts and the switch
     process.wait(10)
     assert not set(names) & set(ours())
-    assert not [p.pid for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    _nothing_left(list(seen.values()))
 
 
 def test_a_killed_runs_leftovers_are_swept(skip_reason: str | None) -> None:
@@ -123,18 +133,24 @@ def test_a_killed_runs_leftovers_are_swept(skip_reason: str | None) -> None:
         pytest.skip(skip_reason)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    name = f"clu-{gone.pid:x}-0-orphan"  # as a run that was SIGKILLed leaves it
+    name = f"{PREFIX}-{gone.pid:x}-0-orphan"  # as a run that was SIGKILLed leaves it
+    link = f"{PREFIX}{gone.pid:x}-0a"  # and a cable left in this namespace
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"{link[:-1]}b"], check=True)
         inside = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "600"])
         assert wait_for(lambda: pids_in(name) == [inside.pid])
         if psutil.pid_exists(gone.pid):
             pytest.skip("the dead run's pid was taken again already")
-        assert name in sweep()
+        swept = sweep()
+        assert name in swept and link in swept
         assert inside.wait(10) == -signal.SIGKILL
         assert name not in ours()
+        shown = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True, text=True).stdout
+        assert link not in shown
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "del", link], check=False, capture_output=True)
 
 
 def test_ctrl_c_mid_run_leaves_no_namespace_and_no_process(skip_reason: str | None) -> None:

@@ -56,7 +56,7 @@ def _unlimited(net: Network, role: str) -> None:
     net.shape(role, None)
 
 
-CRAWL = "16kbit"
+CRAWL = "8kbit"
 FAULTS = {
     fault.name: fault
     for fault in (

@@ -46,7 +46,8 @@ SUBNET = "10.31.0"
 ADDRESSES = {"sched": 1, "lab": 2, "w1": 11, "w2": 12}
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
-_NAME = re.compile(rf"^{PREFIX}-([0-9a-f]+)-")
+_NAME = re.compile(rf"^{PREFIX}-([0-9a-f]+)-")  # a namespace: clu-<owner pid>-<serial>-<role>
+_LINK = re.compile(rf"^{PREFIX}([0-9a-f]+)-")  # an interface: clu<owner pid>-<serial><end>
 _serial = iter(range(1 << 30))
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -104,13 +105,20 @@ def remove(namespace: str) -> None:
 
 
 def sweep() -> list[str]:
-    """Remove namespaces of ours whose owner process is gone (a run that was SIGKILLed); their names."""
+    """Remove namespaces of ours whose owner process is gone (a run that was SIGKILLed), and any interface of
+    theirs left in this namespace (none is made here; a kernel that ignored `netns` on creation would); names."""
     orphans = []
     for name in ours():
         match = _NAME.match(name)
         if match and not psutil.pid_exists(int(match.group(1), 16)):
             remove(name)
             orphans.append(name)
+    for line in ip("-o", "link", "show", check=False).splitlines():
+        link = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+        match = _LINK.match(link)
+        if match and not psutil.pid_exists(int(match.group(1), 16)):
+            ip("link", "del", link, check=False)
+            orphans.append(link)
     return orphans
 
 

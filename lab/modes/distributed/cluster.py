@@ -161,20 +161,22 @@ class Cluster:
                 await self._close_client()
             while self.client is None:
                 try:
-                    self.client = await self._open(RECONNECT_TIMEOUT_S)
+                    self.client = await self._open(RECONNECT_TIMEOUT_S, warm=False)  # serve as soon as it answers
                 except Exception as error:  # unreachable still: a later attempt
                     log.debug("Dask scheduler %s still unreachable: %s", self.address(), error)
                     await asyncio.sleep(RECONNECT_EVERY_S)
             connected = True
 
-    async def _open(self, patience: float) -> Client:
+    async def _open(self, patience: float, *, warm: bool = True) -> Client:
+        """A connection with the lab's plugins registered (a scheduler that came back may be a new one);
+        `warm`: its workers' warm-up waited for, so that nothing timed pays imports or the predict model."""
         started = time.monotonic()
         client = await (self._start_embedded() if self.scheduler is None else self._join(patience))
         try:
             client.subscribe_topic(self.topic, self._on_started)
             await client.register_plugin(WarmUp(), name=WarmUp.name)
-            # Imports and the predict model paid before anything is timed (a silent worker is not waited for).
-            await asyncio.wait_for(client.run(warmed, on_error="return"), WARM_WAIT_S)
+            if warm:
+                await asyncio.wait_for(client.run(warmed, on_error="return"), WARM_WAIT_S)
             self.health.begin()
             await self.health.refresh(client)
         except BaseException:
@@ -190,6 +192,9 @@ class Cluster:
         return client
 
     async def _start_embedded(self) -> Client:
+        if self._cluster is not None:  # started already: a new client of it
+            again: Client = await distributed.Client(self._cluster, asynchronous=True)
+            return again
         log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
         self.view["state"] = "starting"
         # A directory of its own, not Dask's machine-wide default

@@ -91,9 +91,9 @@ compare: peers
 pictures: $(VENV)/.dev system-deps
 	$(BIN)/python -m scripts.screenshot $(ARGS)
 
-## system-deps: siege, chromium, postgresql and ab (apache2-utils) from apt, when missing
+## system-deps: siege, chromium, postgresql, ab (apache2-utils) and iproute2 from apt, when missing
 system-deps:
-	@scripts/system-deps.sh siege chromium postgresql ab
+	@scripts/system-deps.sh siege chromium postgresql ab ip
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

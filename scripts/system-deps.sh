@@ -2,7 +2,7 @@
 # Install the system packages the lab needs, only when missing.
 #   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
 #   scripts/system-deps.sh build PYTHON  a C compiler and PYTHON's headers, to build uWSGI from its source
-#   scripts/system-deps.sh siege chromium postgresql ab
+#   scripts/system-deps.sh siege chromium postgresql ab ip
 set -euo pipefail
 
 apt_install() {
@@ -52,6 +52,8 @@ build)
             # Its programs live in /usr/lib/postgresql/N/bin; the tests start clusters of their own there.
             postgresql) compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql) ;;
             ab) missing+=(apache2-utils) ;;  # ApacheBench: bench.overhead's load generator
+            # ip and tc: the network tests' hosts (tests/test_distributed_network.py, as root).
+            ip | tc) missing+=(iproute2) ;;
             *) missing+=("$tool") ;;
         esac
     done

@@ -122,6 +122,9 @@ class PoolRunner:
     settings: ClassVar[tuple[Setting[Any], ...]] = ()
     # The flag that sizes the pool (None: sized otherwise, as a cluster is).
     size_setting: ClassVar[Setting[int] | None] = None
+    # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands
+    # an executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
+    start_timeout: float | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -169,14 +172,13 @@ class PoolRunner:
             # worker still starting up (a replaced pool) is not the job's fault.
             if not record.started.done():
                 either: list[asyncio.Future[Any]] = [job, record.started]
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(either, timeout=self.start_timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not job.done() and not record.started.done():
+                    raise self.not_started(job_id)
             return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
         except TimeoutError:
             self.counts["timed_out"] += 1
-            self.on_timeout(job_id)
-            raise LabError(
-                504, f"{workload} ran longer than --job-timeout {self.job_timeout:g} s; {self.timeout_outcome}"
-            ) from None
+            raise self.overran(job_id, workload) from None
         except BrokenProcessPool:
             self.counts["broken"] += 1
             self.on_broken()
@@ -243,6 +245,15 @@ class PoolRunner:
             if worker is not None:  # (None: not known yet; a thread may have written its name itself)
                 job.worker = worker
             job.started.set_result(time.time())
+
+    def overran(self, job_id: int, workload: str) -> LabError:
+        """The answer to a job past its deadline (a 504), after `on_timeout` has dealt with its worker."""
+        self.on_timeout(job_id)
+        return LabError(504, f"{workload} ran longer than --job-timeout {self.job_timeout:g} s; {self.timeout_outcome}")
+
+    def not_started(self, job_id: int) -> LabError:
+        """The answer to a job no worker began within `start_timeout` (a cluster's; a pool's never ends)."""
+        raise NotImplementedError
 
     def on_timeout(self, job_id: int) -> None:
         pass

@@ -8,7 +8,9 @@ in the server process, after its own logging is set up.
 Faults: a worker that dies mid-task has its task rerun elsewhere by the
 scheduler (up to distributed.scheduler.allowed-failures); with no worker left
 every waiting request gets 503 naming the worker lost, and a scheduler lost
-mid-run 503 with Retry-After (the runner reconnects on a later request).
+(silent, or its connection closed) 503 with Retry-After
+(lab/modes/distributed/health.py). A connection Dask gave up on is opened
+again in the background, every RECONNECT_EVERY_S, until the scheduler answers.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -33,8 +34,9 @@ from distributed.config import initialize_logging
 
 from lab.errors import LabError
 from lab.modes.distributed import worker as dask_worker
+from lab.modes.distributed.health import Health
 from lab.modes.distributed.roster import Roster
-from lab.modes.distributed.worker import WarmUp, task, workloads_upload
+from lab.modes.distributed.worker import WARM_WAIT_S, WarmUp, task, warmed, workloads_upload
 from lab.modes.pool import RETRY_AFTER_S
 from workloads.page.errors import Unavailable
 from workloads.timing import RunRecord
@@ -70,14 +72,10 @@ EMBEDDED_WORKER_CONFIG = {
     "distributed.worker.preload": [IGNORE_SIGINT],
 }
 
-# How often the scheduler is asked which workers it has.
-WATCH_EVERY_S = 0.5
-# A cluster with no worker gets this long for one to join (a nanny restarts a
-# killed worker in a second or two) before waiting requests get 503.
-NO_WORKER_GRACE_S = 5.0
-# Connecting to an external scheduler at start-up; a lost one is retried with less patience.
+# Connecting to an external scheduler at start-up; a lost one is retried with less patience, this often.
 CONNECT_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 3.0
+RECONNECT_EVERY_S = 3.0
 
 _configured = False
 
@@ -122,16 +120,14 @@ class Cluster:
         self.workers = workers  # embedded cluster only
         self.view = view
         self.roster = Roster()
+        self.health = Health(self.roster, view, embedded=scheduler is None, resized=resized, address=self.address)
         self._started = started
-        self._resized = resized
         self.topic = f"lab-started-{uuid.uuid4().hex[:8]}"
         self._task = task()
         self.client: Client | None = None
         self._cluster: LocalCluster | None = None
         self._scratch: str | None = None  # the embedded cluster's own local directory
-        self._watcher: asyncio.Task[None] | None = None
-        self._empty_since: float | None = None  # when the cluster was last seen with no worker
-        self._trouble: asyncio.Future[LabError] | None = None  # failed when no worker is left
+        self._keeper: asyncio.Task[None] | None = None  # watches the connection, opens a new one when it is lost
         self._chores: set[asyncio.Future[None]] = set()  # cancellations and kills under way, kept until done
         self._futures: dict[int, Future[RunRecord]] = {}  # job id -> its task, while it runs
 
@@ -139,25 +135,56 @@ class Cluster:
     def running(self) -> bool:
         return self.client is not None and self.client.status == "running"
 
+    @property
+    def keeping(self) -> bool:
+        """A keeper is at work: the connection is watched, and opened again in the background when lost."""
+        return self._keeper is not None and not self._keeper.done()
+
     def address(self) -> str:
         return str(self.view.get("scheduler") or self.scheduler or "embedded")
 
     # ---------- connecting ----------
 
-    async def reconnect(self) -> None:
-        """Connect again after losing the scheduler, with less patience than at start-up."""
-        await self.connect(RECONNECT_TIMEOUT_S)
-
     async def connect(self, patience: float = CONNECT_TIMEOUT_S) -> None:
+        """Connect (raising what went wrong), then keep the connection: watched, and opened again when lost."""
         await self.disconnect()
+        self.client = await self._open(patience)
+        self._keeper = asyncio.ensure_future(self._keep())
+
+    def keep_trying(self) -> None:
+        """A first connection failed: keep opening one in the background until the scheduler answers."""
+        if not self.keeping:
+            self._keeper = asyncio.ensure_future(self._keep(connected=False))
+
+    async def _keep(self, *, connected: bool = True) -> None:
+        while True:
+            if connected and self.client is not None:
+                why = await self.health.watch(self.client)
+                log.warning("lost the Dask scheduler %s (%s); connecting again", self.address(), why)
+                await self._close_client()
+            while self.client is None:
+                try:
+                    self.client = await self._open(RECONNECT_TIMEOUT_S, warm=False)  # serve as soon as it answers
+                except Exception as error:  # unreachable still: a later attempt
+                    log.debug("Dask scheduler %s still unreachable: %s", self.address(), error)
+                    await asyncio.sleep(RECONNECT_EVERY_S)
+            connected = True
+
+    async def _open(self, patience: float, *, warm: bool = True) -> Client:
+        """A connection with the lab's plugins registered (a scheduler that came back may be a new one);
+        `warm`: its workers' warm-up waited for, so that nothing timed pays imports or the predict model."""
         started = time.monotonic()
         client = await (self._start_embedded() if self.scheduler is None else self._join(patience))
-        client.subscribe_topic(self.topic, self._on_started)
-        await client.register_plugin(WarmUp(self.database), name=WarmUp.name)
-        self.client = client
-        self._trouble = asyncio.get_running_loop().create_future()
-        await self._refresh()
-        self._watcher = asyncio.ensure_future(self._watch())
+        try:
+            client.subscribe_topic(self.topic, self._on_started)
+            await client.register_plugin(WarmUp(self.database), name=WarmUp.name)
+            if warm:
+                await asyncio.wait_for(client.run(warmed, on_error="return"), WARM_WAIT_S)
+            self.health.begin()
+            await self.health.refresh(client)
+        except BaseException:
+            await _close_quietly(client)
+            raise
         log.info(
             "Dask cluster ready in %.1f s: scheduler %s, %d worker(s), pids %s",
             time.monotonic() - started,
@@ -165,8 +192,12 @@ class Cluster:
             len(self.roster.pids),
             sorted(self.roster.pids.values()),
         )
+        return client
 
     async def _start_embedded(self) -> Client:
+        if self._cluster is not None:  # started already: a new client of it
+            again: Client = await distributed.Client(self._cluster, asynchronous=True)
+            return again
         log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
         self.view["state"] = "starting"
         # A directory of its own, not Dask's machine-wide default
@@ -208,26 +239,33 @@ class Cluster:
         return client
 
     async def disconnect(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+        await self._close_client()
+
+    async def _close_client(self) -> None:
         client, self.client = self.client, None
         if client is not None:
-            with contextlib.suppress(Exception):
-                await client.close(timeout=2)
+            await _close_quietly(client)
 
     # ---------- running ----------
 
     def submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         if self.client is None:
             raise LabError(503, "the Dask cluster is not connected; retry", retry_after=RETRY_AFTER_S)
-        future = self.client.submit(self._task, job_id, self.topic, workload, params, pure=False)
+        # A worker gone quiet still looks idle to the scheduler (until its worker-ttl or TCP's timeout), and
+        # a task sent there waits out its deadline: while one is quiet, tasks go to the others only.
+        heard = self.roster.heard()
+        future = self.client.submit(
+            self._task, job_id, self.topic, workload, params, pure=False, workers=heard, allow_other_workers=False
+        )
         self._futures[job_id] = future
         return asyncio.ensure_future(self._outcome(job_id, future))
 
     async def _outcome(self, job_id: int, future: Future[RunRecord]) -> RunRecord:
         """The task's record, or the lab's error for what went wrong; the task is cancelled if we stop waiting."""
-        trouble = self._trouble
+        trouble = self.health.trouble()
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(future)]
         if trouble is not None:
             waits.append(trouble)
@@ -303,74 +341,6 @@ class Cluster:
             with contextlib.suppress(Exception):
                 await self.client.restart_workers([address])
 
-    # ---------- watching ----------
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(WATCH_EVERY_S)
-            client = self.client
-            if client is None or client.status == "closed":
-                self._scheduler_lost("the client gave up reconnecting")
-                return  # a later request connects again
-            if client.status != "running":  # reconnecting: nothing waiting will be answered meanwhile
-                self._scheduler_lost(f"the client is {client.status}")
-                continue
-            try:
-                await asyncio.wait_for(self._refresh(), RECONNECT_TIMEOUT_S)
-            except (TimeoutError, OSError) as error:
-                self._scheduler_lost(str(error) or type(error).__name__)
-
-    def _scheduler_lost(self, why: str) -> None:
-        self.view["state"] = "disconnected"
-        self._fail_waiting(
-            LabError(503, f"lost the Dask scheduler {self.address()} ({why}); retry", retry_after=RETRY_AFTER_S)
-        )
-
-    async def _refresh(self) -> None:
-        """Ask the scheduler which workers it has: note losses, learn new workers' pids, resize, fail on none."""
-        client = self.client
-        if client is None:
-            return
-        assert client.scheduler is not None  # set once the client is connected
-        identity = await client.scheduler.identity(n_workers=-1)
-        workers: dict[str, Any] = identity["workers"]
-        new = self.roster.take_roll(workers)
-        if new:
-            pids = await client.run(os.getpid, workers=new, on_error="ignore")
-            for address, pid in pids.items():
-                if isinstance(pid, int):
-                    self.roster.learn(address, pid)
-        threads = sum(int(w["nthreads"]) for w in workers.values())
-        self._count_threads(threads)
-        self.view = {
-            "scheduler": identity.get("address"),
-            "embedded": self.scheduler is None,
-            "state": "running",
-            "threads": threads,
-            "workers": [self.roster.describe(address, w) for address, w in sorted(workers.items())],
-            "workers_lost": list(self.roster.lost[-10:]),
-        }
-
-    def _count_threads(self, threads: int) -> None:
-        """The gate follows the cluster's threads; with none for NO_WORKER_GRACE_S, waiting requests get 503."""
-        if threads:
-            self._empty_since = None
-            self._resized(threads)
-            if self._trouble is None or self._trouble.done():
-                self._trouble = asyncio.get_running_loop().create_future()
-            return
-        self._empty_since = self._empty_since or time.monotonic()
-        if time.monotonic() - self._empty_since >= NO_WORKER_GRACE_S:
-            lost = ", ".join(self.roster.lost[-3:]) or "every worker"
-            self._fail_waiting(
-                LabError(503, f"Dask worker {lost} was lost and no worker is left; retry when one has joined",
-                         retry_after=RETRY_AFTER_S)
-            )  # fmt: skip
-
-    def _fail_waiting(self, error: LabError) -> None:
-        if self._trouble is not None and not self._trouble.done():
-            self._trouble.set_result(error)
-
     # ---------- closing ----------
 
     async def close(self, wait: bool = True) -> None:
@@ -387,3 +357,8 @@ class Cluster:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
         self.view["state"] = "closed"
+
+
+async def _close_quietly(client: Client) -> None:
+    with contextlib.suppress(Exception):
+        await client.close(timeout=2)

@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A lost external scheduler is tried again at most once per RECONNECT_EVERY_S (others get 503 meanwhile).
+# A task waits for a worker to begin it at least this long (a nanny's restart takes seconds), or --job-timeout.
+START_PATIENCE_S = 30.0
+# A first connection that failed is tried again at most once per RECONNECT_EVERY_S (others get 503 meanwhile).
 RECONNECT_EVERY_S = 3.0
 
 
@@ -140,6 +142,10 @@ class DaskRunner(PoolRunner):
         self.scheduler = scheduler
         self.tls: TlsFiles | None = None  # a tls:// scheduler's certificates
         self.counts["workers_lost"] = 0
+        self.counts["not_started"] = 0
+        # A task may wait at the scheduler (other clients' work, a worker restarting or silent) this long.
+        self.start_timeout = max(job_timeout, START_PATIENCE_S)
+        self._ran_on: dict[int, list[str]] = {}  # job id -> the workers that began it, in order
         self._cluster: Cluster | None = None
         self._starting: asyncio.Task[None] | None = None
         self._attempted = 0.0  # when the last connection attempt began (time.monotonic)
@@ -183,11 +189,11 @@ class DaskRunner(PoolRunner):
     async def start(self) -> None:
         if self.scheduler is not None:  # the user asked for that cluster: connect now, not at the first request
             try:
-                await self._connect()
+                await self._the_cluster().connect()
             except Exception as error:
-                log.error(
-                    "could not connect to the Dask scheduler %s: %s; /distributed will retry", self.scheduler, error
-                )
+                log.error("could not connect to the Dask scheduler %s: %s; trying again in the background",
+                          self.scheduler, error)  # fmt: skip
+                self._the_cluster().keep_trying()
 
     def _the_cluster(self) -> Cluster:
         if self._cluster is None:
@@ -196,45 +202,37 @@ class DaskRunner(PoolRunner):
 
             dask_cluster.configure()
             self._cluster = dask_cluster.Cluster(
-                self.scheduler,
-                self.workers,
-                self._plan,
-                started=self._started,
-                resized=self.slots.resize,
-                tls=self.tls,
-                database=self.database,
-            )
+                self.scheduler, self.workers, self._plan, started=self._task_started, resized=self.slots.resize,
+                tls=self.tls, database=self.database,
+            )  # fmt: skip
         return self._cluster
 
-    async def _connect(self, *, again: bool = False) -> None:
-        cluster = self._the_cluster()
-        await (cluster.reconnect() if again else cluster.connect())
-
     async def _ready(self) -> Cluster:
-        cluster = self._cluster
-        if cluster is not None and cluster.running:
-            return cluster
+        """The cluster, connected and well; a 503 with Retry-After while it is not (never a wait on a lost one)."""
+        cluster = self._the_cluster()
+        if cluster.keeping:  # connected once: its keeper reconnects in the background, nobody waits for it
+            problem = cluster.health.problem()
+            if cluster.running and problem is None:
+                return cluster
+            raise problem or LabError(
+                503, f"the Dask scheduler {cluster.address()} is unreachable; retry", retry_after=RETRY_AFTER_S
+            )
+        # Never connected: the embedded cluster starts on first use (its first request waits for it).
         if self._starting is None or self._starting.done():
             if self._starting is not None and time.monotonic() - self._attempted < RECONNECT_EVERY_S:
                 raise LabError(
-                    503, f"the Dask scheduler {self._address()} is unreachable; retry", retry_after=RETRY_AFTER_S
+                    503, f"the Dask scheduler {cluster.address()} is unreachable; retry", retry_after=RETRY_AFTER_S
                 )
             self._attempted = time.monotonic()
-            # (Only an external scheduler can be lost; start() connected to it with more patience.)
-            self._starting = asyncio.ensure_future(self._connect(again=True))
+            self._starting = asyncio.ensure_future(cluster.connect())
         try:
             await asyncio.shield(self._starting)
-        except LabError:
-            raise
         except Exception as error:
             log.exception("could not reach the Dask cluster")
             raise LabError(
-                503, f"the Dask scheduler {self._address()} is unreachable: {error}", retry_after=RETRY_AFTER_S
+                503, f"the Dask scheduler {cluster.address()} is unreachable: {error}", retry_after=RETRY_AFTER_S
             ) from None
-        return self._the_cluster()
-
-    def _address(self) -> str:
-        return self._cluster.address() if self._cluster is not None else str(self.scheduler or "embedded")
+        return cluster
 
     # ---------- running ----------
 
@@ -243,12 +241,43 @@ class DaskRunner(PoolRunner):
         return await super().run(workload, params)
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        return self._the_cluster().submit(job_id, workload, params)
+        job = self._the_cluster().submit(job_id, workload, params)
+        self._ran_on[job_id] = []
+        job.add_done_callback(lambda _: self._ran_on.pop(job_id, None))
+        return job
+
+    def _task_started(self, job_id: int, address: str) -> None:
+        """A worker began job `job_id` (again, elsewhere, if its first worker was lost): its deadline runs."""
+        if job_id in self._ran_on:
+            self._ran_on[job_id].append(address)
+        self._started(job_id, address)
 
     def on_abandoned(self, job_id: int) -> bool:
         # Queued at the scheduler behind other clients' tasks: it must not run
         # for nobody. (Were it just starting, its worker would finish it anyway.)
         return self._cluster is not None and self._cluster.withdraw(job_id)
+
+    def not_started(self, job_id: int) -> LabError:
+        """No worker began the task within --job-timeout: the cluster is busy or a worker went silent."""
+        self.counts["not_started"] += 1
+        self.on_abandoned(job_id)
+        return LabError(
+            503, f"no Dask worker started this task within {self.start_timeout:g} s (the cluster is busy with "
+            "other work, or the worker it was given to went silent); it was withdrawn, retry",
+            retry_after=RETRY_AFTER_S,
+        )  # fmt: skip
+
+    def overran(self, job_id: int, workload: str) -> LabError:
+        """Past its deadline: the task's fault (504, its worker killed) unless its worker left or went silent."""
+        roster = self._cluster.roster if self._cluster is not None else None
+        gone = [why for address in self._ran_on.get(job_id, []) if roster and (why := roster.gone(address))]
+        if not gone:
+            return super().overran(job_id, workload)
+        self.on_abandoned(job_id)
+        return LabError(
+            503, f"{gone[-1]}, and this task did not finish elsewhere within --job-timeout {self.job_timeout:g} s; "
+            "it was withdrawn, retry", retry_after=RETRY_AFTER_S,
+        )  # fmt: skip
 
     def on_timeout(self, job_id: int) -> None:
         job = self._running.get(job_id)

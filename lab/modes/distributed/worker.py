@@ -7,8 +7,12 @@ scheduler and the workers need nothing of the lab's importable: only
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import os
 import tempfile
+import threading
+import time
 import zipfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -50,7 +54,17 @@ def task() -> Callable[[int, str, str, dict[str, Any]], RunRecord]:
 
 class WarmUp(distributed.WorkerPlugin):
     """On every worker process, once: cap BLAS threads as the server does, pay the predict model's training, and
-    point `page` at the server's database (each worker opens its own connections, as many as it has threads)."""
+    point `page` at the server's database (each worker opens its own connections, as many as it has threads).
+
+    It warms up in a thread of its own and its setup returns at once: a
+    worker that joins runs its plugins' setups before its first heartbeat, and
+    seconds of training there would look, to a scheduler with a short
+    worker-ttl (a real network's setting, docs/operating.md), like a worker
+    gone silent, restarted for it. The lab waits for the warmth itself
+    (`warmed`). Beside it the `workloads` upload may still be unpacking (a
+    worker that joins later sets up both at once): the thread waits for the
+    package, up to PACKAGE_WAIT_S.
+    """
 
     name = "lab-warm-up"
 
@@ -58,20 +72,46 @@ class WarmUp(distributed.WorkerPlugin):
         self.database_url = database_url
 
     def setup(self, worker: Worker) -> None:
-        if "OPENBLAS_NUM_THREADS" not in os.environ:  # a nanny sets it to 1; a bare `dask worker --no-nanny` does not
-            from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        self.warm = threading.Event()
+        self.threads = worker.state.nthreads
+        threading.Thread(target=self._warm_up, name=self.name, daemon=True).start()
 
-            threadpool_limits(1)
-        from workloads.page import database  # noqa: PLC0415
-        from workloads.registry import warm_up  # noqa: PLC0415
+    def _warm_up(self) -> None:
+        try:
+            for _ in range(int(PACKAGE_WAIT_S / 0.1)):
+                if importlib.util.find_spec("workloads") is not None:
+                    break
+                time.sleep(0.1)  # the upload plugin puts the package on sys.path
+            if "OPENBLAS_NUM_THREADS" not in os.environ:  # a nanny sets it to 1; a bare `dask worker --no-nanny` not
+                from threadpoolctl import threadpool_limits  # noqa: PLC0415
 
-        warm_up()
-        database.use(self.database_url, worker.state.nthreads)
+                threadpool_limits(1)
+            from workloads.page import database  # noqa: PLC0415
+            from workloads.registry import warm_up  # noqa: PLC0415
+
+            database.use(self.database_url, self.threads)  # first: `page` before the model's seconds of training
+            warm_up()
+        finally:
+            self.warm.set()
 
     def teardown(self, worker: Worker) -> None:
         from workloads.page import database  # noqa: PLC0415
 
         database.close()
+
+
+# How long a worker's warm-up waits for the `workloads` package to arrive (the upload runs beside it),
+# and how long the lab waits for a worker's warm-up.
+PACKAGE_WAIT_S = 60.0
+WARM_WAIT_S = 120.0
+
+
+async def warmed(dask_worker: Worker) -> bool:
+    """On a worker (Client.run): wait until its warm-up is done; False if it has none or it takes too long."""
+    warm = getattr(dask_worker.plugins.get(WarmUp.name), "warm", None)
+    if not isinstance(warm, threading.Event):
+        return False
+    return await asyncio.to_thread(warm.wait, WARM_WAIT_S)
 
 
 def workloads_upload() -> distributed.UploadFile:

@@ -28,6 +28,7 @@ from tornado.web import Application
 from lab import collector, logs
 from lab.config import Config, embedded_upstream_idle, parse_args
 from lab.instruments.stats import Board
+from lab.machine import read_cores
 from lab.modes.registry import preflight
 from lab.modes.upstream.embedded import EmbeddedUpstream
 from lab.procs import LISTEN_BACKLOG, kill_children
@@ -127,6 +128,8 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
     logs.configure()
+    for note in read_cores().differences():  # the default pool sizes follow the usable cores, not os.cpu_count()
+        log.warning("cores: %s", note)
     problem = preflight(config)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)

@@ -1,0 +1,168 @@
+"""The sizing model: a request's measured split and the machine's usable cores -> throughput and latency of P x T.
+
+A request costs `cpu_ms` of CPU (the server's, all of it: the work and the
+HTTP path), of which `gil_ms` holds the GIL, and waits `wait_ms` on purpose
+(a query, an upstream call, a sleep), holding the thread that serves it for
+about cpu + wait; alone it is answered in `alone_ms` (the client's view).
+P processes of T threads each on C usable cores (the quota's worth) can
+answer at most
+
+    X(P, T) = min(C / cpu,        the cores: every request's CPU comes out of C cores' time
+                  P / gil,        the GILs: at most one core of GIL-held work per process
+                  P * T / hold)   the threads: a request holds its thread for hold = cpu + wait
+              * switching(P, T)
+
+requests per second, where switching(P, T) = 1 / (1 + SWITCH_COST * excess)
+and excess is how many more threads than cores are computing at once when
+every thread is busy (P * T * cpu/hold, at least P): the context switches
+and cache refills the write-ups blame for 10 x 2 losing to 8 x 8. So the
+processes are about C * gil / cpu (C for Python code, which holds its GIL),
+and the threads per process about (C / P) * hold / cpu, which is 1 +
+wait / cpu when P = C; `--memory` rules out points whose processes and
+threads do not fit. The recommendation is the point of highest X, the
+smallest (fewest processes, then threads) of those within TIE of it.
+
+Latency, by Little's law: N users sending back to back keep N requests in
+the server, so each takes N / X once X is the limit (alone_ms before); an
+open arrival rate L uses rho = L / X of the bottleneck: below 1 a request
+waits rho / (1 - rho) half-services (Pollaczek-Khinchine for a steady
+service time) and the 95th percentile about three times the mean wait
+(an exponential tail); at or above 1 the queue grows by L - X a second for
+as long as the arrivals last.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# What each runnable thread beyond the cores costs the rest (context switches, caches refilled): an assumption
+# written down here, set small so that it only breaks ties; the sweep measures what it really is.
+SWITCH_COST = 0.02
+# Points predicted within this share of the best are as good: the smallest of them is recommended.
+TIE = 0.01
+MAX_THREADS = 64
+TAIL_FACTOR = math.log(20)  # p95 of an exponential wait over its mean
+
+
+@dataclass(frozen=True)
+class Split:
+    """What one request costs, measured: CPU ms (server-wide), of it GIL-held, waited on purpose, alone."""
+
+    cpu_ms: float
+    gil_ms: float
+    wait_ms: float
+    alone_ms: float
+
+    def __post_init__(self) -> None:
+        if self.cpu_ms <= 0 or self.alone_ms <= 0:
+            raise ValueError("a request must take some CPU and some time")
+
+    @property
+    def hold_ms(self) -> float:
+        """How long a request holds the thread that serves it: its CPU and its wait."""
+        return self.cpu_ms + self.wait_ms
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Megabytes: pages all serving processes share (counted once), each process's own, each added thread's."""
+
+    shared_mb: float = 0.0
+    process_mb: float = 0.0
+    thread_mb: float = 0.0
+
+    def total(self, processes: int, threads: int) -> float:
+        return self.shared_mb + processes * (self.process_mb + threads * self.thread_mb)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration: processes, each with `threads` threads serving requests."""
+
+    processes: int
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.processes} x {self.threads}"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Requests per second a point can answer, and which limit binds: "cores", "GIL" or "threads"."""
+
+    throughput_rps: float
+    bound: str
+    limits: dict[str, float]
+    switching: float
+
+
+def capacity(split: Split, cores: float, point: Point) -> Capacity:
+    """X(P, T): the model's throughput for `point` on `cores` cores' worth of CPU."""
+    cpu_s, gil_s, hold_s = split.cpu_ms / 1000, split.gil_ms / 1000, split.hold_ms / 1000
+    limits = {
+        "cores": cores / cpu_s,
+        "GIL": point.processes / gil_s if gil_s > 0 else math.inf,
+        "threads": point.processes * point.threads / hold_s,
+    }
+    bound = min(limits, key=lambda name: limits[name])
+    computing = max(float(point.processes), point.processes * point.threads * cpu_s / hold_s)
+    switching = 1 / (1 + SWITCH_COST * max(0.0, computing - cores))
+    finite = {name: round(value, 2) for name, value in limits.items() if math.isfinite(value)}
+    return Capacity(limits[bound] * switching, bound, finite, round(switching, 4))
+
+
+def recommend(split: Split, cores: float, memory: Memory, allowed_mb: float | None, max_processes: int) -> Point:
+    """The point of highest predicted throughput that fits `allowed_mb`; of those within TIE of it, the one with
+    the fewest processes (a process costs more memory than a thread), then threads."""
+    fits = [
+        Point(p, t)
+        for p in range(1, max_processes + 1)
+        for t in range(1, MAX_THREADS + 1)
+        if allowed_mb is None or memory.total(p, t) <= allowed_mb
+    ]
+    if not fits:
+        return Point(1, 1)  # nothing fits: the least there is (the answer says it does not fit)
+    best = max(capacity(split, cores, point).throughput_rps for point in fits)
+    good = [point for point in fits if capacity(split, cores, point).throughput_rps >= best * (1 - TIE)]
+    return min(good, key=lambda point: (point.processes, point.threads))
+
+
+def closed_latency_s(split: Split, throughput_rps: float, users: int) -> float:
+    """A request's time with `users` sending back to back: N / X (Little's law) once the server is the limit."""
+    return max(split.alone_ms / 1000, users / throughput_rps)
+
+
+def open_p95_s(split: Split, throughput_rps: float, rate: float, seconds: float) -> float:
+    """The 95th percentile time at `rate` arrivals a second for `seconds`: a queue that settles, or one that grows."""
+    alone_s = split.alone_ms / 1000
+    rho = rate / throughput_rps
+    if rho < 1:
+        mean_wait = rho / (1 - rho) / throughput_rps / 2
+        return alone_s + TAIL_FACTOR * mean_wait
+    return alone_s + (rate - throughput_rps) * 0.95 * seconds / throughput_rps
+
+
+def predict(split: Split, cores: float, memory: Memory, point: Point, *, users: int, rate: float,
+            seconds: float) -> dict[str, Any]:  # fmt: skip
+    """Everything the model says of `point`: its throughput and bound, closed and open latency, its memory."""
+    found = capacity(split, cores, point)
+    closed_rps = min(found.throughput_rps, users / (split.alone_ms / 1000))
+    return {
+        "throughput_rps": round(found.throughput_rps, 2),
+        "bound": found.bound,
+        "limits_rps": found.limits,
+        "switching": found.switching,
+        "closed_rps": round(closed_rps, 2),
+        "closed_p95_ms": round(1000 * closed_latency_s(split, closed_rps, users), 1),
+        "open_rps": round(min(rate, found.throughput_rps), 2),
+        "open_p95_ms": round(1000 * open_p95_s(split, found.throughput_rps, rate, seconds), 1),
+        "memory_mb": round(memory.total(point.processes, point.threads), 1),
+    }
+
+
+def describe(split: Split) -> dict[str, Any]:
+    """The split as it is written down in size.json."""
+    return asdict(split)

@@ -1,0 +1,167 @@
+"""What the advisor sizes: a lab route (server.py with --processes and --thread-pool) or a user's WSGI app (gunicorn
+-k gthread with -w and --threads), one server per point, each started, paused, resumed and always stopped.
+
+Checked before anything starts: a lab route resolves as the lab resolves it
+(lab/runs.py: its workload and params, in /threading, whose pool is what
+--thread-pool sizes); a WSGI app imports and names a callable, in a process
+of its own (an app that starts threads or processes at import says so there:
+a server that forks after importing it leaves them behind). A bad one is an
+InputError: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.lib.engine import get
+from bench.lib.peers import BIN, Running, Setup, lab
+from bench.lib.sizing.model import Point
+from lab.modes.registry import MODES
+from lab.runs import Refused, resolve
+
+MODE = "threading"  # the lab mode whose pool --thread-pool sizes
+# What a started lab carries that a point does not need: one process-pool worker, no queue limit (the load
+# decides how many wait, as a listen queue would), a short grace on the way out.
+LAB_FLAGS = ("--process-pool", "1", "--interpreter-pool", "1", "--max-pending", "100000")
+IMPORT_CHECK = """
+import importlib, json, sys, threading
+sys.path.insert(0, sys.argv[1])
+module, _, name = sys.argv[2].partition(":")
+app = importlib.import_module(module)
+for part in (name or "application").split("."):
+    app = getattr(app, part)
+if not callable(app):
+    raise TypeError(f"{sys.argv[2]} is not callable")
+import psutil
+try:
+    from threadpoolctl import threadpool_info
+    native = threadpool_info()
+except ImportError:
+    native = None
+children = [p.pid for p in psutil.Process().children(recursive=True)]
+print(json.dumps({"threads": threading.active_count(), "children": len(children), "native_threads": native}))
+"""
+
+
+class InputError(Exception):
+    """Input the advisor cannot size: its message is the one line printed before exit 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A lab route or a WSGI app, and the path its requests go to."""
+
+    kind: str  # "lab" or "wsgi"
+    path: str
+    app: str = ""  # module:callable, for a WSGI app
+    cwd: Path = field(default_factory=Path.cwd)
+    workload: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)  # a WSGI app's import: threads, children, BLAS pools
+
+    @property
+    def name(self) -> str:
+        return self.path if self.kind == "lab" else f"{self.app} {self.path}"
+
+
+def lab_route(path: str) -> Target:
+    """A /threading/<workload>?<params> route, checked as the lab checks it."""
+    parts = urllib.parse.urlsplit(path)
+    segments = [s for s in parts.path.split("/") if s]
+    if not path.startswith("/") or not segments or segments[0] not in MODES or len(segments) > 2:
+        raise InputError(f"--path {path!r} is not a lab route: give /{MODE}/<workload>?<params>")
+    if segments[0] != MODE:
+        raise InputError(f"--path {path!r}: the advisor sizes --processes x --thread-pool, so give a /{MODE}/ route")
+    try:
+        run = resolve(MODE, segments[1] if len(segments) > 1 else None, urllib.parse.parse_qs(parts.query))
+    except Refused as refused:
+        raise InputError(f"--path {path!r}: {refused.message}") from None
+    return Target("lab", path, workload=run.workload)
+
+
+def wsgi_app(spec: str, path: str, cwd: Path) -> Target:
+    """A `module:callable` importable from `cwd` (checked in a process of its own), and the path to send to it."""
+    if ":" not in spec or not all(spec.partition(":")[::2]):
+        raise InputError(f"--wsgi {spec!r}: give module:callable, as gunicorn takes it (peers.app:application)")
+    if not path.startswith("/"):
+        raise InputError(f"--path {path!r}: give the endpoint's path, starting with /")
+    done = subprocess.run([sys.executable, "-c", IMPORT_CHECK, str(cwd), spec], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
+        raise InputError(f"--wsgi {spec!r} does not import from {cwd}: {last}")
+    return Target("wsgi", path, app=spec, cwd=cwd, facts=json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def setup(target: Target, point: Point) -> Setup:
+    """The server command line for one point."""
+    p, t = str(point.processes), str(point.threads)
+    if target.kind == "lab":
+        flags = ("--processes", p, "--thread-pool", t, *LAB_FLAGS)
+        return lab(f"--processes {p} --thread-pool {t}", target.path, MODE, *flags)
+    # --timeout 0: the advisor pauses the points it is not measuring (SIGSTOP), and gunicorn's master would
+    # take the pause for silent workers and kill them; --chdir puts the app's folder first on sys.path.
+    argv = (str(BIN / "gunicorn"), "-k", "gthread", "-w", p, "--threads", t, "--bind", "127.0.0.1:0", "--chdir",
+            str(target.cwd), "--timeout", "0", "--backlog", "2048", "--no-control-socket", target.app)  # fmt: skip
+    return Setup("gunicorn", f"-w {p} --threads {t}", argv, target.path, MODE, point.processes, point.threads,
+                 ready_path=target.path)  # fmt: skip
+
+
+@dataclass
+class Server:
+    """One point's server, running: its URL, the processes that serve requests, pausable."""
+
+    target: Target
+    point: Point
+    running: Running
+    paused: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"{self.running.url}{self.target.path}"
+
+    def serving(self) -> list[psutil.Process]:
+        """The processes requests run in: the lab's server processes (from /stats) or gunicorn's workers."""
+        root = self.running.tree()[:1]
+        if not root:
+            return []
+        if self.target.kind == "wsgi":
+            return root[0].children()
+        status, body, _, _ = get(f"{self.running.url}/stats", 10.0)
+        pids = [p["pid"] for p in body.get("processes", [])] if status == 200 and isinstance(body, dict) else []
+        return [process for process in self.running.tree() if process.pid in pids]
+
+    def master(self) -> psutil.Process | None:
+        """The process that forks the serving ones, when they are forked (None for one lab process)."""
+        root = self.running.tree()[:1]
+        return root[0] if root and root[0] not in self.serving() else None
+
+    def pause(self) -> None:
+        """SIGSTOP the whole server: a point not being measured takes no CPU from the one that is."""
+        os.killpg(self.running.process.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        os.killpg(self.running.process.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> list[int]:
+        """Stop it (resumed first: a stopped process would not see SIGTERM); pids still alive after, if any."""
+        with contextlib.suppress(ProcessLookupError):
+            self.resume()
+        return self.running.stop()
+
+
+def start(target: Target, point: Point, folder: Path, upstream: str) -> Server:
+    """Start `target` at `point`, logging to `folder`; returned once it answers."""
+    return Server(target, point, Running.start(setup(target, point), folder, upstream))

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from lab import ROOT
+from lab.modes.contract import Mode
 from lab.modes.registry import MODES
+from tests import toymode
 
 PACKAGES = ("lab", "handlers", "workloads", "peers", "bench", "scripts")
 
@@ -99,6 +101,8 @@ def _wrong(named: dict[str, set[str]], forbidden: tuple[str, ...], may_start: fr
 GROUND = ("lab.errors", "lab.settings", "lab.machine", "lab.native", "lab.logs", "lab.loopback", "lab.collector",
           "lab.procs")  # fmt: skip
 LAB_ROOMS = ("lab.serve", "lab.web", "lab.modes", "lab.instruments", "lab.config", "lab.runs")
+# The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters.
+MODES_MAY_NOT_NAME = ("lab.serve", "lab.config", "lab.instruments", "lab.runs")
 
 
 @pytest.mark.parametrize(
@@ -112,7 +116,7 @@ LAB_ROOMS = ("lab.serve", "lab.web", "lab.modes", "lab.instruments", "lab.config
         ("handlers", ("bench", "peers"), frozenset({"bench.race"})),
         # The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters;
         # the embedded upstream is a Tornado app of its own on the web plumbing.
-        ("lab/modes", ("lab.serve", "lab.config", "lab.instruments", "lab.runs"), frozenset()),
+        ("lab/modes", MODES_MAY_NOT_NAME, frozenset()),
         # The web plumbing stands on the ground floor and the instruments; start-up and the modes stand on it.
         ("lab/web", ("lab.serve", "lab.modes", "lab.config", "lab.runs"), frozenset()),
         ("lab/instruments", ("lab.serve", "lab.web", "lab.modes", "lab.config", "lab.runs"), frozenset()),
@@ -219,22 +223,36 @@ def _home(runner: str) -> Path:
     return ROOT / Path(*module.split(".")[:-1])
 
 
-def test_each_mode_lives_in_a_folder_of_its_own_under_lab_modes() -> None:
-    homes = {name: _home(mode.runner) for name, mode in MODES.items()}
-    assert len(set(homes.values())) == len(homes)
-    for name, home in homes.items():
-        assert home.parent == ROOT / "lab" / "modes" and (home / "__init__.py").exists(), name
+# The modes to hold to the folder rules: the registry's, under lab/modes/, and tests/test_modes.py's toy, a
+# folder of the same shape under tests/ (it proves that a new mode is one folder, one entry and one test).
+FOLDERS = [(mode, ROOT / "lab" / "modes") for mode in MODES.values()] + [(toymode.MODE, ROOT / "tests")]
 
 
-def test_nothing_outside_a_modes_folder_names_that_mode() -> None:
-    homes = {name: _home(mode.runner) for name, mode in MODES.items()}
+@pytest.mark.parametrize(("mode", "root"), FOLDERS, ids=[mode.name for mode, _ in FOLDERS])
+def test_each_mode_is_a_folder_of_its_own_holding_its_entry_and_runner(mode: Mode, root: Path) -> None:
+    home = _home(mode.runner)
+    assert home.parent == root and (home / "__init__.py").exists() and (home / "runner.py").exists()
+    assert sum(_home(other.runner) == home for other, _ in FOLDERS) == 1  # no two modes share one
+    entry = ast.parse((home / "__init__.py").read_text())
+    assert any(name.startswith("lab.modes.contract") for name in _imported(entry))  # its Mode is declared here
+    runner_module = mode.runner.rpartition(".")[0]
+    assert runner_module not in _imported(entry), "the entry stays light: the runner is named by its path"
+    for path in sorted(home.rglob("*.py")):
+        # What the modes may not name (test_imports_only_run_downwards's row for lab/modes), for every folder.
+        wrong = _wrong(_named(ast.parse(path.read_text())), MODES_MAY_NOT_NAME, frozenset())
+        assert not wrong, f"{path.relative_to(ROOT)} names {sorted(wrong)}"
+
+
+@pytest.mark.parametrize(("mode", "root"), FOLDERS, ids=[mode.name for mode, _ in FOLDERS])
+def test_nothing_outside_a_modes_folder_names_that_mode(mode: Mode, root: Path) -> None:
+    home = _home(mode.runner)
     for package in ("lab", "handlers", "peers"):
         for path in _sources(package):
             tree = ast.parse(path.read_text())
             prose = _docstrings(tree)
             for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and node.value in homes and id(node) not in prose:
-                    assert homes[str(node.value)] in path.parents, f"{path.relative_to(ROOT)}:{node.lineno}"
+                if isinstance(node, ast.Constant) and node.value == mode.name and id(node) not in prose:
+                    assert home in path.parents, f"{path.relative_to(ROOT)}:{node.lineno}"
 
 
 def test_no_file_name_prefix_stands_in_for_a_folder() -> None:

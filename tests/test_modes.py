@@ -1,19 +1,19 @@
 """A mode is one folder, one registry entry and one test: nothing else in the house changes for it.
 
-The toy mode below is that whole change: its folder's part (a Mode entry and
-a runner class that declares its own pool-size flag, here in this file), its
-entry in MODES, and this test, which finds the mode in --help, /modes, /stats
-facts, the route, the race's choices and the ideal without any other file
-edited. (tests/test_layers.py checks the folder rules.)
+The toy mode is that whole change: its folder, tests/toymode/ (a Mode entry in
+its __init__.py and a runner class that declares its own pool-size flag in
+runner.py, as lab/modes/<name>/ has), its entry in MODES (made here with
+monkeypatch, as registry.py's one line would), and this test, which finds the
+mode in --help, /modes, /stats facts, the route, the race's choices and the
+ideal without any other file edited; tests/test_layers.py holds the toy's
+folder to the rules every mode's folder keeps.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -21,56 +21,13 @@ from bench import race as race_cli
 from bench import siege_steps
 from bench.lib.ideal import ideal_makespan, ideal_words, lanes
 from lab.config import Config, build_parser, parse_args
-from lab.modes.contract import Capacity, Facts, Mode
-from lab.modes.pool import PoolRunner
 from lab.modes.registry import MODES, build_runners
-from lab.settings import Setting, count
+from tests import toymode
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get
-from workloads.registry import run_timed
-from workloads.timing import RunRecord
+from tests.toymode.runner import TOY_POOL
 
-TOY_POOL = Setting(
-    "--toy-pool", count(1), 3, metavar="N", help="toys that run at once, per server process (default: %(default)s)"
-)
-
-
-class ToyRunner(PoolRunner):
-    """A mode invented for this test: a pool of its own size that starts a fresh thread for every job."""
-
-    kind = "a thread per job"
-    timeout_outcome = "its thread runs on"
-    settings = (TOY_POOL,)
-    size_setting = TOY_POOL
-
-    async def start(self) -> None:
-        pass
-
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        loop = asyncio.get_running_loop()
-
-        def job() -> RunRecord:
-            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
-            return run_timed(workload, params)
-
-        return asyncio.ensure_future(asyncio.to_thread(job))
-
-    async def close(self, wait: bool = True) -> None:
-        pass
-
-
-def _toy_capacity(facts: Facts, workload: str) -> Capacity:
-    return Capacity(int(facts["toy_pool"]), "as many toys as the pool has")
-
-
-TOY = Mode(
-    "toy",
-    "starts a new thread for every request, a few at a time.",
-    "threads",
-    _toy_capacity,
-    runner="tests.test_modes.ToyRunner",
-    summary="in a toy box",
-)
+TOY = toymode.MODE
 
 
 @pytest.fixture

@@ -46,8 +46,9 @@ def test_cgroup_v2_quota_is_read_from_cpu_max(tmp_path: Path) -> None:
     assert quota == 1.5 and source.endswith("app.slice/web.service/cpu.max")
 
 
-def test_cgroup_v2_the_lowest_limit_on_the_way_up_binds(tmp_path: Path) -> None:
-    root, proc = _v2(tmp_path, {"/app.slice/web.service": "max 100000\n", "/app.slice": "50000 100000\n"})
+@pytest.mark.parametrize("own", ["max 100000\n", "150000 100000\n"])
+def test_cgroup_v2_the_lowest_limit_on_the_way_up_binds(tmp_path: Path, own: str) -> None:
+    root, proc = _v2(tmp_path, {"/app.slice/web.service": own, "/app.slice": "50000 100000\n", "/": "400000 100000\n"})
     quota, source = cpu_quota(root, proc)
     assert quota == 0.5 and source.endswith("app.slice/cpu.max")
 

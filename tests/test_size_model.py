@@ -98,6 +98,9 @@ def test_the_model_s_point_is_kept_within_noise_of_the_best_and_replaced_beyond_
     points = sweep_points(Point(2, 4), 2, quick=True, fits=lambda p: True)
     kept, why = answer.choose(Point(2, 4), points, _summary(**{"2_x_4": 57.0, "5_x_1": 60.0, "2_x_2": 40.0}))
     assert kept == Point(2, 4) and "model" in why
+    # Within 10 % of the best, but more than 5 % below a rule of thumb: the rule's point is the better answer.
+    ruled, _ = answer.choose(Point(2, 4), points, _summary(**{"2_x_4": 56.0, "5_x_1": 60.0, "2_x_2": 40.0}))
+    assert ruled == Point(5, 1)
     replaced, why = answer.choose(Point(2, 4), points, _summary(**{"2_x_4": 40.0, "5_x_1": 60.0, "2_x_2": 41.0}))
     assert replaced == Point(5, 1) and "67%" in why
     verdict = answer.verdict(points, _summary(**{"2_x_4": 56.0, "5_x_1": 60.0, "2_x_2": 40.0}), kept, kept)

@@ -1,9 +1,11 @@
 """Step 5 of the advisor: the recommendation, checked against what the sweep measured, and how it is written down.
 
 The model's point is recommended when the sweep measured it within NOISE of
-the best point swept: on a shared host two runs of one point differ by about
-that much, and the model's point is the smaller one. Otherwise the best
-point measured is, and the answer says by how much the model missed.
+the best point swept (on a shared host two runs of one point differ by about
+that much, and the model's point is the smaller one) and no more than
+RULE_MARGIN below the better rule of thumb (a rule people would apply
+anyway). Otherwise the best point measured is, and the answer says by how
+much the model missed; size.json's `verdict` keeps both.
 """
 
 from __future__ import annotations
@@ -42,13 +44,17 @@ def _rps(summary: dict[str, dict[str, Any]], point: Point) -> float:
 
 
 def choose(predicted: Point, points: list[Swept], summary: dict[str, dict[str, Any]]) -> tuple[Point, str]:
-    """The recommendation and why it is that one: the model's point if measured within NOISE of the best."""
+    """The recommendation and why it is that one: the model's point if the sweep measured it within NOISE of the
+    best point and no more than RULE_MARGIN below the better rule of thumb; else the best point measured."""
     best = max((s.point for s in points), key=lambda p: _rps(summary, p))
-    if _rps(summary, predicted) >= (1 - NOISE) * _rps(summary, best):
+    rules = [s.point for s in points if s.is_rule]
+    rule_rps = max((_rps(summary, p) for p in rules), default=0.0)
+    mine = _rps(summary, predicted)
+    if mine >= (1 - NOISE) * _rps(summary, best) and mine >= (1 - RULE_MARGIN) * rule_rps:
         return predicted, "the model's point, measured within 10 % of the best point swept"
     return best, (
         f"the best point measured: the model's {predicted.label} measured "
-        f"{_rps(summary, predicted) / max(_rps(summary, best), 1e-9):.0%} of it"
+        f"{mine / max(_rps(summary, best), 1e-9):.0%} of it"
     )
 
 

@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,10 +122,11 @@ class Progress:
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
+        self.started = time.monotonic()
 
     def __call__(self, text: str) -> None:
-        print(f"\r\033[Ksize: {text}" if self.tty else f"size: {text}", end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)  # fmt: skip
+        line = f"size [{time.monotonic() - self.started:4.0f} s]: {text}"
+        print(f"\r\033[K{line}" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
 
     def done(self) -> None:
         if self.tty:

@@ -24,7 +24,7 @@ TABLE = columns(
     Column("predicted_rps", "predicted req/s"), Column("closed_rps", "measured req/s"),
     Column("predicted_p95_ms", "predicted p95 ms"), Column("closed_p95_ms", "measured p95 ms"),
     Column("open_rps", "open: answered/s"), Column("predicted_open_p95_ms", "open: predicted p95 ms"),
-    Column("open_p95_ms", "open: p95 ms"), Column("failed", "failed", "{:d}"),
+    Column("open_p95_ms", "open: p95 ms"), Column("shed", "open: shed", "{:d}"), Column("failed", "failed", "{:d}"),
     Column("switches", "switches/req"), Column("uss_mb", "USS MB"),
 )  # fmt: skip
 
@@ -127,7 +127,8 @@ def table_rows(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "predicted_rps": predicted["closed_rps"], "closed_rps": measured.get("closed_rps"),
             "predicted_p95_ms": predicted["closed_p95_ms"], "closed_p95_ms": measured.get("closed_p95_ms"),
             "open_rps": measured.get("open_rps"), "predicted_open_p95_ms": predicted["open_p95_ms"],
-            "open_p95_ms": measured.get("open_p95_ms"), "failed": measured.get("failed", 0),
+            "open_p95_ms": measured.get("open_p95_ms"), "shed": measured.get("shed", 0),
+            "failed": measured.get("failed", 0),
             "switches": measured.get("switches"), "uss_mb": (measured.get("memory") or {}).get("uss_mb"),
         })  # fmt: skip
     return flat

@@ -55,7 +55,7 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     used = outside.counters(processes) - before
     if not tally.ok:
         raise RuntimeError(f"no request to {server.url} was answered with 2xx in {seconds:g} s")
-    count = len(tally.ok) + tally.early
+    count = tally.served
     times = [1000 * a.seconds for a in tally.ok]
     return {
         "users": users,

@@ -24,8 +24,8 @@ from typing import Any
 
 import psutil
 
-from bench.lib.engine import get
 from bench.lib.peers import BIN, Running, Setup, lab
+from bench.lib.servers import ServerError, log_tail
 from bench.lib.sizing.model import Point
 from lab.modes.registry import MODES
 from lab.runs import Refused, resolve
@@ -34,6 +34,8 @@ MODE = "threading"  # the lab mode whose pool --thread-pool sizes
 # What a started lab carries that a point does not need: one process-pool worker, no queue limit (the load
 # decides how many wait, as a listen queue would), a short grace on the way out.
 LAB_FLAGS = ("--process-pool", "1", "--interpreter-pool", "1", "--max-pending", "100000")
+# What the lab and gunicorn log when a stop signal reaches them.
+STOPPING = ("lab.server: stopping", "Handling signal: term", "Handling signal: int")
 IMPORT_CHECK = """
 import importlib, json, sys, threading
 sys.path.insert(0, sys.argv[1])
@@ -131,20 +133,36 @@ class Server:
         return f"{self.running.url}{self.target.path}"
 
     def serving(self) -> list[psutil.Process]:
-        """The processes requests run in: the lab's server processes (from /stats) or gunicorn's workers."""
+        """The processes requests run in: gunicorn's workers; the lab's one process, or its forked children (the
+        same command line as their parent: its pool workers and upstream were started with their own)."""
         root = self.running.tree()[:1]
         if not root:
             return []
+        if self.target.kind == "lab" and self.point.processes == 1:
+            return root
+        children = root[0].children()
         if self.target.kind == "wsgi":
-            return root[0].children()
-        status, body, _, _ = get(f"{self.running.url}/stats", 10.0)
-        pids = [p["pid"] for p in body.get("processes", [])] if status == 200 and isinstance(body, dict) else []
-        return [process for process in self.running.tree() if process.pid in pids]
+            return children
+        with contextlib.suppress(psutil.Error):
+            command = root[0].cmdline()
+            return [child for child in children if _cmdline(child) == command]
+        return []
 
     def master(self) -> psutil.Process | None:
-        """The process that forks the serving ones, when they are forked (None for one lab process)."""
+        """The process that forks the serving ones (None for one lab process, which forks nothing)."""
         root = self.running.tree()[:1]
-        return root[0] if root and root[0] not in self.serving() else None
+        forks = self.target.kind == "wsgi" or self.point.processes > 1
+        return root[0] if root and forks else None
+
+    def check_alive(self) -> None:
+        """Raise (with its log's end) if the server has exited, or is stopping: something else signalled it."""
+        gone = self.running.process.poll() is not None
+        tail = log_tail(self.running.log_path, 40)
+        if gone or any(words in tail for words in STOPPING):
+            raise ServerError(
+                f"the {self.point.label} server {'exited' if gone else 'was told to stop'} during the sweep, "
+                f"not by bench.size; its log ends:\n{log_tail(self.running.log_path)}"
+            )
 
     def pause(self) -> None:
         """SIGSTOP the whole server: a point not being measured takes no CPU from the one that is."""
@@ -160,6 +178,13 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             self.resume()
         return self.running.stop()
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def start(target: Target, point: Point, folder: Path, upstream: str) -> Server:

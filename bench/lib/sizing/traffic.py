@@ -23,6 +23,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 READ_LIMIT = 2**24  # the most of one answer read (16 MB)
+REFUSED_PAUSE_S = 0.05  # a user whose request got no answer waits this long before the next
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,13 @@ class Tally:
     answers: list[Answer] = field(default_factory=list)
     window_s: float = 0.0
     shed: int = 0
-    early: int = 0
+    early: int = 0  # answered before the window (the warm-up)
+    late: int = 0  # answered after it (the load winding down)
+
+    @property
+    def served(self) -> int:
+        """Every request the server answered while the load ran, in the window or not."""
+        return len(self.answers) + self.early + self.late
 
     @property
     def ok(self) -> list[Answer]:
@@ -54,7 +61,8 @@ class Tally:
 
     @property
     def failed(self) -> int:
-        return len(self.answers) - len(self.ok) + self.shed
+        """Answers that were not 2xx, and requests that got no answer (arrivals shed are counted apart)."""
+        return len(self.answers) - len(self.ok)
 
 
 async def fetch(url: str, limit_s: float, *, keep_body: bool = False) -> tuple[int, bytes]:
@@ -89,11 +97,14 @@ async def _closed(url: str, users: int, seconds: float, *, warmup_s: float, limi
             status, body = await fetch(url, limit_s, keep_body=keep)
             done = time.monotonic()
             if done > end:
+                tally.late += 1
                 return  # answered after the window: the load was winding down
             if done >= counted_from:
                 tally.answers.append(Answer(sent, done, status, body))
             else:
                 tally.early += 1
+            if status == 0:
+                await asyncio.sleep(REFUSED_PAUSE_S)  # not a tight loop of refused connections
 
     await asyncio.gather(*(user() for _ in range(users)))
     return tally

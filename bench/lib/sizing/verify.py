@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from bench.lib.sizing.targets import Server, Target, start
 from bench.lib.stats import percentile
 
 Progress = Callable[[str], None]
+# Servers started at once: a start is mostly imports, one core's work each.
+STARTING_AT_ONCE = 2
 MAX_USERS = 256  # asyncio holds that many connections in one client process without becoming the limit
 
 
@@ -65,7 +68,7 @@ def closed_load(server: Server, plan: Plan) -> dict[str, Any]:
     with HostSampler(lambda: (None, None), 0.5) as host:
         tally = traffic.closed(server.url, plan.users, plan.closed_s, warmup_s=plan.warmup_s)
     used = outside.counters(processes) - before
-    count = max(1, len(tally.ok) + tally.early)
+    count = max(1, tally.served)
     found = _latency(tally)
     rows = host.rows or [{"idle_pct": None, "run_queue": None}]
     return {
@@ -87,6 +90,7 @@ def open_load(server: Server, plan: Plan) -> dict[str, Any]:
 def measure_point(server: Server, plan: Plan, number: int) -> dict[str, Any]:
     """One round of one point: closed, then open load, the server left to finish each."""
     server.resume()
+    server.check_alive()
     try:
         closed = closed_load(server, plan)
         outside.settle(server.serving)
@@ -94,6 +98,7 @@ def measure_point(server: Server, plan: Plan, number: int) -> dict[str, Any]:
         outside.settle(server.serving)
     finally:
         server.pause()
+    server.check_alive()
     master = server.master()
     return {"point": server.point.label, "round": number, "closed": closed, "open": opened,
             "master_threads": master.num_threads() if master is not None else None}  # fmt: skip
@@ -105,11 +110,8 @@ def sweep(target: Target, points: list[Swept], plan: Plan, folder: Path, *, upst
     servers: dict[str, Server] = {}
     rows: list[dict[str, Any]] = []
     try:
-        for number, swept in enumerate(points, 1):
-            progress(f"starting {number}/{len(points)}: {swept.point.label}")
-            server = start(target, swept.point, folder, upstream)
-            servers[swept.point.label] = server
-            server.pause()
+        progress(f"starting {len(points)} servers: {', '.join(s.point.label for s in points)}")
+        start_all(target, points, folder, upstream, servers)
         steps = len(points) * plan.rounds
         for number in range(1, plan.rounds + 1):
             for swept in order(points, number):
@@ -120,9 +122,23 @@ def sweep(target: Target, points: list[Swept], plan: Plan, folder: Path, *, upst
                 progress(f"round {number}/{plan.rounds}, {len(rows)}/{steps}: {swept.point.label} "
                          f"{row['closed']['rps']:g} req/s, p95 {row['closed']['p95_ms']} ms")  # fmt: skip
     finally:
-        for server in servers.values():
-            server.stop()
+        with ThreadPoolExecutor(max(1, len(servers))) as stopping:  # each waits for its own group to exit
+            list(stopping.map(Server.stop, servers.values()))
     return rows
+
+
+def start_all(target: Target, points: list[Swept], folder: Path, upstream: str, into: dict[str, Server]) -> None:
+    """Start every point's server, STARTING_AT_ONCE at a time, each paused once it answers, into `into` (so
+    that the caller stops whatever did start, however this ends)."""
+
+    def one(swept: Swept) -> None:
+        server = start(target, swept.point, folder, upstream)
+        into[swept.point.label] = server
+        server.pause()
+
+    with ThreadPoolExecutor(STARTING_AT_ONCE) as starting:
+        for done in [starting.submit(one, swept) for swept in points]:
+            done.result()
 
 
 def summarise(points: list[Swept], rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -143,6 +159,7 @@ def summarise(points: list[Swept], rows: list[dict[str, Any]]) -> dict[str, dict
             "closed_p50_ms": middle("closed", "p50_ms"), "closed_p95_ms": middle("closed", "p95_ms"),
             "open_rps": middle("open", "rps"), "open_p95_ms": middle("open", "p95_ms"),
             "failed": sum(r["closed"]["failed"] + r["open"]["failed"] for r in mine),
+            "shed": sum(r["open"]["shed"] for r in mine),
             "cpu_ms": middle("closed", "cpu_ms"), "switches": middle("closed", "switches"),
             "idle_pct": middle("closed", "idle_pct"), "memory": mine[-1]["closed"]["memory"],
             "rounds": len(mine),

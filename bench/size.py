@@ -13,9 +13,10 @@
 2. Read the cores really usable (affinity and cgroup CPU quota, not
    os.cpu_count(); lab/machine.py).
 3. Predict the best processes x threads from the model in docs/sizing.md
-   (at most one core of GIL-held work per process; threads per process about
-   1 + wait/cpu; processes about the usable cores; --memory caps them), with
-   its throughput and latency (Little's law).
+   (at most one core of GIL-held work per process, so processes about the
+   usable cores; threads per process somewhat past 1 + wait/cpu, where their
+   GIL-held turns stop colliding, by Mean Value Analysis; --memory caps
+   them), with its throughput and latency (Little's law).
 4. Verify: the predicted point, its neighbours and the rules of thumb
    (2 x cores + 1 workers; cores x 2-4 threads), each its own server on a free
    loopback port, in alternating rounds, under closed load (users sending
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, metavar="R", help="open-load arrivals a second (default: 90 %% of "
                         "the predicted throughput)")  # fmt: skip
     parser.add_argument("--seconds", type=float, metavar="S", help="each load's length per point and round "
-                        "(default: 5, --quick 2, at least 20 requests alone)")  # fmt: skip
+                        "(default: 4, --quick 2, at least 20 requests alone)")  # fmt: skip
     ROUNDS.add(parser, help="rounds over the points, in alternating order (default: 2, --quick 1)")
     OUT.add(parser, help="results folder (default: bench/results/size-<stamp>/)")
     return parser

@@ -94,8 +94,8 @@ def why(split: Split, cores: float, chosen: Point, summary: dict[str, dict[str, 
     threads = 1 + split.wait_ms / split.cpu_ms
     reason = (
         f"{cores:g} cores' worth of CPU take about {cores * split.gil_ms / split.cpu_ms:.1f} processes "
-        f"(one core of GIL-held work each) and 1 + wait/cpu = {threads:.1f} threads keep each one computing while "
-        f"its other requests wait"
+        f"(one core of GIL-held work each), and past 1 + wait/cpu = {threads:.1f} threads a process ({chosen.threads} "
+        f"here) one request computes while the others wait"
     )
     measured = summary.get(chosen.label, {})
     return (

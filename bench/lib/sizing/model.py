@@ -3,24 +3,35 @@
 A request costs `cpu_ms` of CPU (the server's, all of it: the work and the
 HTTP path), of which `gil_ms` holds the GIL, and waits `wait_ms` on purpose
 (a query, an upstream call, a sleep), holding the thread that serves it for
-about cpu + wait; alone it is answered in `alone_ms` (the client's view).
+hold = cpu + wait; alone it is answered in `alone_ms` (the client's view).
 P processes of T threads each on C usable cores (the quota's worth) can
-answer at most
+never answer more than any of
 
-    X(P, T) = min(C / cpu,        the cores: every request's CPU comes out of C cores' time
-                  P / gil,        the GILs: at most one core of GIL-held work per process
-                  P * T / hold)   the threads: a request holds its thread for hold = cpu + wait
-              * switching(P, T)
+    C / cpu        the cores: every request's CPU comes out of C cores' time
+    P / gil        the GILs: at most one core of GIL-held work per process
+    P * T / hold   the threads: a request holds its thread for hold
 
-requests per second, where switching(P, T) = 1 / (1 + SWITCH_COST * excess)
-and excess is how many more threads than cores are computing at once when
-every thread is busy (P * T * cpu/hold, at least P): the context switches
-and cache refills the write-ups blame for 10 x 2 losing to 8 x 8. So the
-processes are about C * gil / cpu (C for Python code, which holds its GIL),
-and the threads per process about (C / P) * hold / cpu, which is 1 +
-wait / cpu when P = C; `--memory` rules out points whose processes and
-threads do not fit. The recommendation is the point of highest X, the
-smallest (fewest processes, then threads) of those within TIE of it.
+requests a second, and the lowest of them is the bound. What they do
+answer: each process is a closed system of T threads, each cycling
+between its GIL (a queue: gil of work a request) and hold - gil away from
+it (its waits, and the work that releases the GIL), and Mean Value
+Analysis gives that system's throughput exactly: it reaches P / gil only
+slowly past T = hold / gil (1 + wait / cpu for Python code), because the
+threads' GIL-held turns collide. So
+
+    X(P, T) = min(C / cpu, P * MVA(T; gil * max(1, P / C), hold - gil)) * switching(P, T)
+
+where processes beyond the cores take turns on them (their GIL-held work
+runs P / C times slower) and switching(P, T) = 1 / (1 + SWITCH_COST *
+excess), excess being how many more threads are runnable than there are
+cores when every thread is busy (one GIL holder a process, plus the work
+that releases the GIL): the context switches and cache refills the
+write-ups blame for 10 x 2 losing to 8 x 8. So the processes come out
+about C * gil / cpu (C for Python code), and the threads a process
+somewhat more than 1 + wait / cpu; `--memory` rules out points whose
+processes and threads do not fit. The recommendation is the point of
+highest X, the smallest (fewest processes, then threads) of those within
+TIE of it.
 
 Latency, by Little's law: N users sending back to back keep N requests in
 the server, so each takes N / X once X is the limit (alone_ms before); an
@@ -40,8 +51,9 @@ from typing import Any
 # What each runnable thread beyond the cores costs the rest (context switches, caches refilled): an assumption
 # written down here, set small so that it only breaks ties; the sweep measures what it really is.
 SWITCH_COST = 0.02
-# Points predicted within this share of the best are as good: the smallest of them is recommended.
-TIE = 0.01
+# Points predicted within this share of the best are as good (no finer than the split's own noise): the smallest
+# of them is recommended.
+TIE = 0.02
 MAX_THREADS = 64
 TAIL_FACTOR = math.log(20)  # p95 of an exponential wait over its mean
 
@@ -99,6 +111,20 @@ class Capacity:
     switching: float
 
 
+def threads_throughput(threads: int, demand_s: float, think_s: float) -> float:
+    """Requests a second of one process whose `threads` threads each cycle between the GIL (a queue: `demand_s` of
+    GIL-held work a request) and `think_s` away from it (waits, work that releases the GIL): exact Mean Value
+    Analysis of that closed system (Reiser and Lavenberg, 1980)."""
+    if demand_s <= 0:
+        return threads / think_s
+    queue = throughput = 0.0
+    for customers in range(1, threads + 1):
+        response = demand_s * (1 + queue)  # the GIL-held work, behind the threads already queued for the GIL
+        throughput = customers / (response + think_s)
+        queue = throughput * response
+    return throughput
+
+
 def capacity(split: Split, cores: float, point: Point) -> Capacity:
     """X(P, T): the model's throughput for `point` on `cores` cores' worth of CPU."""
     cpu_s, gil_s, hold_s = split.cpu_ms / 1000, split.gil_ms / 1000, split.hold_ms / 1000
@@ -108,10 +134,17 @@ def capacity(split: Split, cores: float, point: Point) -> Capacity:
         "threads": point.processes * point.threads / hold_s,
     }
     bound = min(limits, key=lambda name: limits[name])
-    computing = max(float(point.processes), point.processes * point.threads * cpu_s / hold_s)
+    # More processes than cores take turns on them: each one's GIL-held work runs that much slower.
+    shared = max(1.0, point.processes / cores)
+    per_process = threads_throughput(point.threads, gil_s * shared, hold_s - gil_s)
+    # Runnable at once when every thread is busy: one GIL-holder a process at most, plus the work that releases
+    # the GIL (threads waiting for a GIL sleep, and take no core).
+    busy = point.threads / hold_s
+    computing = point.processes * (min(1.0, busy * gil_s) + busy * (cpu_s - gil_s))
     switching = 1 / (1 + SWITCH_COST * max(0.0, computing - cores))
     finite = {name: round(value, 2) for name, value in limits.items() if math.isfinite(value)}
-    return Capacity(limits[bound] * switching, bound, finite, round(switching, 4))
+    throughput = min(limits["cores"], point.processes * per_process) * switching
+    return Capacity(throughput, bound, finite, round(switching, 4))
 
 
 def recommend(split: Split, cores: float, memory: Memory, allowed_mb: float | None, max_processes: int) -> Point:

@@ -175,7 +175,7 @@ def plan_for(points: list[Swept], throughput_rps: float, alone_ms: float, *, qui
     alone_s = alone_ms / 1000
     slots = max(s.point.processes * s.point.threads for s in points)
     users = users or min(MAX_USERS, max(4, slots, round(2 * throughput_rps * alone_s)))
-    window = seconds or min(30.0, max(2.0 if quick else 5.0, 20 * alone_s))
+    window = seconds or min(30.0, max(2.0 if quick else 4.0, 20 * alone_s))
     rate = rate or round(0.9 * throughput_rps, 2)
     return Plan(
         rounds=rounds or (1 if quick else 2),

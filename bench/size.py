@@ -49,14 +49,14 @@ if __package__ in (None, ""):  # run as `python bench/size.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import sizing as chart
-from bench.lib.args import OUT, ROUNDS
+from bench.lib.args import OUT, ROUNDS, SERVER_ARGS
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.optional import missing
 from bench.lib.peers import BIN
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.sizing import answer, checks, model, probe, verify
 from bench.lib.sizing.points import Swept, sweep_points
-from bench.lib.sizing.targets import InputError, Target, lab_route, wsgi_app
+from bench.lib.sizing.targets import InputError, Target, lab_route, server_args, wsgi_app
 from lab.machine import Cores, read_cores
 from lab.modes.registry import MODES
 from lab.modes.upstream.embedded import EmbeddedUpstream
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, metavar="S", help="each load's length per point and round "
                         "(default: 4, --quick 2, at least 20 requests alone)")  # fmt: skip
     ROUNDS.add(parser, help="rounds over the points, in alternating order (default: 2, --quick 1)")
+    SERVER_ARGS.add(parser, help="more flags for every lab server it starts (--database postgresql://...)")
     OUT.add(parser, help="results folder (default: bench/results/size-<stamp>/)")
     return parser
 
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_ranges(parser, ("--rounds", args.rounds or 1, 1, 20), ("--users", args.users or 1, 1, 1000),
                  ("--max-processes", args.max_processes or 1, 1, 256))  # fmt: skip
+    if args.wsgi and args.server_args:
+        parser.error("--server-args is for the lab's servers, not --wsgi's gunicorn")
     for name, value in (("--memory", args.memory), ("--rate", args.rate), ("--seconds", args.seconds)):
         if value is not None and value <= 0:
             parser.error(f"{name} must be positive")
@@ -102,7 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.wsgi and not (BIN / "gunicorn").exists():
         raise missing("gunicorn", PEERS, tool="bench.size")
     try:
-        target = wsgi_app(args.wsgi, args.path, args.app_dir.resolve()) if args.wsgi else lab_route(args.path)
+        if args.wsgi:
+            target = wsgi_app(args.wsgi, args.path, args.app_dir.resolve())
+        else:
+            target = lab_route(args.path, server_args(args.server_args))
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

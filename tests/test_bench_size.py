@@ -79,6 +79,8 @@ def test_a_wsgi_app_is_measured_from_outside_under_gunicorn(tmp_path: Path) -> N
         (("--path", "/threading/count?n=0"), "n must be"),
         (("--path", "/processing/count"), "/threading/"),
         (("--path", "/nowhere"), "not a lab route"),
+        (("--path", "/threading/count", "--server-args", "--nope 3"), "server.py has no --nope"),
+        (("--path", "/threading/count", "--server-args", "--thread-pool 3"), "set for each point"),
         (("--wsgi", "peers.app", "--path", "/wsgi"), "module:callable"),
         (("--wsgi", "nosuchmodule_size:app", "--path", "/x"), "does not import"),
         (("--wsgi", "peers.app:nosuch", "--path", "/x"), "does not import"),

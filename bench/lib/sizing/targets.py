@@ -11,9 +11,11 @@ InputError: one line, exit 2.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,6 +29,7 @@ import psutil
 from bench.lib.peers import BIN, Running, Setup, lab
 from bench.lib.servers import ServerError, log_tail
 from bench.lib.sizing.model import Point
+from lab.config import build_parser
 from lab.modes.registry import MODES
 from lab.runs import Refused, resolve
 
@@ -34,6 +37,8 @@ MODE = "threading"  # the lab mode whose pool --thread-pool sizes
 # What a started lab carries that a point does not need: one process-pool worker, no queue limit (the load
 # decides how many wait, as a listen queue would), a short grace on the way out.
 LAB_FLAGS = ("--process-pool", "1", "--interpreter-pool", "1", "--max-pending", "100000")
+# Flags each point's lab server gets from bench.size itself.
+POINT_FLAGS = frozenset({"--processes", "--thread-pool", "--port", "--host"})
 # What the lab and gunicorn log when a stop signal reaches them.
 STOPPING = ("lab.server: stopping", "Handling signal: term", "Handling signal: int")
 IMPORT_CHECK = """
@@ -70,13 +75,14 @@ class Target:
     cwd: Path = field(default_factory=Path.cwd)
     workload: str = ""
     facts: dict[str, Any] = field(default_factory=dict)  # a WSGI app's import: threads, children, BLAS pools
+    server_args: tuple[str, ...] = ()  # more flags for every lab server (--database postgresql://...)
 
     @property
     def name(self) -> str:
         return self.path if self.kind == "lab" else f"{self.app} {self.path}"
 
 
-def lab_route(path: str) -> Target:
+def lab_route(path: str, server_args: tuple[str, ...] = ()) -> Target:
     """A /threading/<workload>?<params> route, checked as the lab checks it."""
     parts = urllib.parse.urlsplit(path)
     segments = [s for s in parts.path.split("/") if s]
@@ -88,7 +94,24 @@ def lab_route(path: str) -> Target:
         run = resolve(MODE, segments[1] if len(segments) > 1 else None, urllib.parse.parse_qs(parts.query))
     except Refused as refused:
         raise InputError(f"--path {path!r}: {refused.message}") from None
-    return Target("lab", path, workload=run.workload)
+    return Target("lab", path, workload=run.workload, server_args=server_args)
+
+
+def server_args(text: str) -> tuple[str, ...]:
+    """More flags for every lab server, checked with server.py's own parser; not the ones each point sets."""
+    words = tuple(shlex.split(text))
+    parser = build_parser()
+    parser.exit_on_error = False
+    try:
+        _, unknown = parser.parse_known_args(list(words))
+    except argparse.ArgumentError as error:
+        raise InputError(f"--server-args: {error}") from None
+    if unknown:
+        raise InputError(f"--server-args: server.py has no {' '.join(unknown)}")
+    taken = sorted({word.split("=")[0] for word in words} & POINT_FLAGS)
+    if taken:
+        raise InputError(f"--server-args: {', '.join(taken)} is set for each point by bench.size")
+    return words
 
 
 def wsgi_app(spec: str, path: str, cwd: Path) -> Target:
@@ -109,7 +132,7 @@ def setup(target: Target, point: Point) -> Setup:
     """The server command line for one point."""
     p, t = str(point.processes), str(point.threads)
     if target.kind == "lab":
-        flags = ("--processes", p, "--thread-pool", t, *LAB_FLAGS)
+        flags = ("--processes", p, "--thread-pool", t, *LAB_FLAGS, *target.server_args)
         return lab(f"--processes {p} --thread-pool {t}", target.path, MODE, *flags)
     # --timeout 0: the advisor pauses the points it is not measuring (SIGSTOP), and gunicorn's master would
     # take the pause for silent workers and kill them; --chdir puts the app's folder first on sys.path.

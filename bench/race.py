@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="race every mode N times, in turn (A, B, then A, B again), and print each figure's median and "
         "range; warns when t ranged over more than 15%% of its median (default: 1)",
     )
-    WORKLOAD.add(parser, help="workload name (ignored by modes that run none: async)")
+    WORKLOAD.add(parser, help="workload name (async runs its own upstream call, unless it awaits the workload: mix)")
     PARAM.add(parser, help="workload (or, with --mode async, async) param, repeatable: -p n=5000000")
     parser.add_argument("--delay", type=float, metavar="S", help="/async upstream delay (default: the server's, 1 s)")
     CONCURRENCY.add(parser, help="simultaneous requests (default: 10)")
@@ -140,8 +140,8 @@ def _mode_list(text: str) -> list[str]:
 
 
 def race_params(args: argparse.Namespace, mode: str) -> dict[str, str]:
-    """-p params go to the workload; /async takes --delay (or -p when it is the only mode)."""
-    if MODES[mode].runs_workloads:
+    """-p params go to the workload (/async/mix too); /async takes --delay (or -p when it is the only mode)."""
+    if MODES[mode].runs(args.workload):
         return dict(args.param)
     params = dict(args.param) if not args.all else {}
     if args.delay is not None:

@@ -10,9 +10,9 @@ from workloads.registry import WORKLOADS, described
 
 
 def runs_it(workload: str) -> list[str]:
-    """The modes that can run `workload`: all but those that refuse what it imports."""
+    """The modes that can run `workload` (run any, or await it), but for those that refuse what it imports."""
     needs = WORKLOADS[workload].needs
-    return [mode.name for mode in MODES.values() if mode.refusal(workload, needs) is None]
+    return [mode.name for mode in MODES.values() if mode.runs(workload) and mode.refusal(workload, needs) is None]
 
 
 class WorkloadsHandler(LabHandler):

@@ -164,7 +164,7 @@ class RaceRequest:
         """The load generator's command line (run from the project root)."""
         run = self.run
         argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", run.mode]
-        if MODES[run.mode].runs_workloads:
+        if MODES[run.mode].runs(run.workload):
             # One second of warm-up load: a CPU that idled runs the solo request
             # (the `t` every ideal is built from) slower than it runs the race.
             argv += ["--workload", run.workload, "--warmup", str(PAGE_WARMUP_S)]

@@ -1,5 +1,5 @@
-"""GET /{mode}[/{workload}]: one run in one mode (every mode in lab/modes/registry.py); a mode that runs no workload
-(async) takes its own params at /{mode}."""
+"""GET /{mode}[/{workload}]: one run in one mode (every mode in lab/modes/registry.py); a mode that runs its own
+workload (async) takes its params at /{mode}, and awaits the workloads written to be awaited at /{mode}/{workload}."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ class RunHandler(LabHandler):
 
     async def get(self, name: str, workload_name: str | None) -> None:
         runner = self.services.runners.get(name)
-        if runner is None or (workload_name is not None and not MODES[name].runs_workloads):
-            raise not_found(self.request.path)  # (/async/anything: nothing is served there)
+        if runner is None:
+            raise not_found(self.request.path)
         mode = MODES[name]
         self.life.classify(mode.name)
         try:

@@ -20,8 +20,7 @@ from urllib.parse import urlsplit
 from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.registry import MODES, mode_settings
-from lab.modes.upstream.client import DEFAULT_IDLE_S, UPSTREAM_IDLE_MARGIN_S
-from lab.settings import Setting, Values, count, seconds
+from lab.settings import Setting, Values, choices_help, count, seconds
 from lab.web.hosts import allowed_host_arg
 
 T = TypeVar("T")
@@ -34,15 +33,9 @@ POLICIES = {
     "reuseport": "a socket per child, the kernel hashes connections to them",
     "dispatch": "the parent accepts and hands each connection to the least busy child",
 }
-# Each --upstream-client and what it does, in its help (lab/modes/upstream/client.py has both).
-CLIENTS = {
-    "pooled": "keep-alive connections reused across calls",
-    "simple": "Tornado's SimpleAsyncHTTPClient, a new connection per call, to compare with",
-}
 
 DEFAULT_MAX_PENDING = 100
 DEFAULT_JOB_TIMEOUT = 60.0
-DEFAULT_UPSTREAM_TIMEOUT = 15.0
 DEFAULT_GRACE = 10.0
 # Where the bench writes its runs; GET /compare shows the newest comparison found there.
 DEFAULT_RESULTS = ROOT / "bench" / "results"
@@ -74,18 +67,6 @@ def _debug_alone(values: Values) -> str | None:
     if values["debug"] and values["processes"] != 1:
         return "--debug needs --processes 1: autoreload cannot restart forked children"
     return None
-
-
-def _pooled_is_plain_http(values: Values) -> str | None:
-    upstream = values["upstream"]
-    if values["upstream_client"] == "pooled" and upstream and upstream.startswith("https:"):
-        return "the pooled upstream client speaks plain HTTP: add --upstream-client simple for an https upstream"
-    return None
-
-
-def _choices_help(what: str, choices: Mapping[str, str], tail: str) -> str:
-    """`what: a = ...; b = ... (tail)`: a choice flag's help, one clause per choice."""
-    return f"{what}: " + "; ".join(f"{name} = {meaning}" for name, meaning in choices.items()) + f" ({tail})"
 
 
 @dataclass(frozen=True, init=False)
@@ -141,7 +122,7 @@ class Config:
             str,
             "dispatch",
             choices=tuple(POLICIES),
-            help=_choices_help(
+            help=choices_help(
                 "how forked children share connections", POLICIES, "default: %(default)s; no effect unforked"
             ),
         )
@@ -193,37 +174,6 @@ class Config:
             "process is replaced (default: %(default)s)",
         )
     )
-    upstream_client: str = declare(
-        Setting(
-            "--upstream-client",
-            str,
-            "pooled",
-            choices=tuple(CLIENTS),
-            help=_choices_help("/async's HTTP client", CLIENTS, "default: %(default)s"),
-            check=_pooled_is_plain_http,
-        )
-    )
-    upstream_timeout: float = declare(
-        Setting(
-            "--upstream-timeout",
-            seconds,
-            DEFAULT_UPSTREAM_TIMEOUT,
-            metavar="S",
-            help="/async: a refused upstream is 502, one silent S seconds past the delay asked for is 504 "
-            "(default: %(default)s)",
-        )
-    )
-    upstream_idle: float = declare(
-        Setting(
-            "--upstream-idle",
-            seconds,
-            DEFAULT_IDLE_S,
-            metavar="S",
-            help="/async's pooled client closes an upstream connection idle for S seconds, so that after a crowd "
-            "the descriptors return to rest (the embedded upstream closes its side after S + "
-            f"{UPSTREAM_IDLE_MARGIN_S:g}) (default: %(default)s)",
-        )
-    )
     grace: float = declare(
         Setting(
             "--grace",
@@ -264,11 +214,6 @@ class Config:
 
 def _default(item: Field[Any]) -> Any:
     return item.default_factory() if item.default_factory is not MISSING else item.default
-
-
-def embedded_upstream_idle(config: Config) -> float:
-    """How long the embedded upstream keeps an idle connection: longer than the client (it closes first)."""
-    return config.upstream_idle + UPSTREAM_IDLE_MARGIN_S
 
 
 def settings() -> list[Setting[Any]]:

@@ -36,6 +36,7 @@ class Own:
     workload: str
     params: tuple[Param, ...]
     owner: str  # who the params belong to, in their error messages
+    awaits: tuple[str, ...] = ()  # the lab's workloads it also awaits, at /{mode}/{workload}
 
 
 @dataclass(frozen=True)
@@ -49,25 +50,35 @@ class Run:
 
 def own(mode: Mode) -> Own | None:
     """What `mode` runs itself, or None if it runs the lab's workloads."""
-    return Own(mode.workload, mode.params, mode.name) if mode.workload is not None else None
+    return Own(mode.workload, mode.params, mode.name, mode.awaits) if mode.workload is not None else None
 
 
 def resolve(mode: str, name: str | None, query: Query, *, runs: Own | None = None) -> Run:
-    """The run a request asks for: `runs`, or workload `name` (the default if None), with the query's params.
+    """The run a request asks for: workload `name` (None: `runs`, or the default workload), with the query's params.
 
-    Refused 404 for a workload that does not exist, 400 for params out of
-    their limits (workloads/params.py).
+    Refused 404 for a workload that does not exist or that a mode running its
+    own (`runs`) cannot await, 400 for params out of their limits
+    (workloads/params.py).
     """
     try:
-        if runs is not None:
+        if runs is not None and name is None:
             return Run(mode, runs.workload, parse_params(runs.owner, runs.params, query))
         workload = WORKLOADS.get(name or DEFAULT_WORKLOAD)
+        shown = name if len(name or "") <= 60 else f"{(name or '')[:60]}…"
+        if runs is not None and (workload is None or workload.awaited is None or workload.name not in runs.awaits):
+            raise Refused(404, _not_awaited(mode, runs, shown))
         if workload is None:
-            shown = name if len(name or "") <= 60 else f"{(name or '')[:60]}…"
             raise Refused(404, f"unknown workload {shown!r}; workloads: {', '.join(WORKLOADS)}")
         return Run(mode, workload.name, workload.parse(query))
     except ParamError as error:
         raise Refused(400, error.message) from None
+
+
+def _not_awaited(mode: str, runs: Own, shown: str | None) -> str:
+    """Why /{mode}/{shown} is not served by a mode that runs its own workload at /{mode}."""
+    if not runs.awaits:
+        return f"/{mode} runs its own {runs.workload} call at /{mode}, no workload"
+    return f"/{mode} awaits only workloads written to be awaited ({', '.join(runs.awaits)}), not {shown!r}"
 
 
 def check(mode: Mode, run: Run) -> None:
@@ -96,8 +107,9 @@ def envelope(run: Run, record: RunRecord, *, received: float, pid: int, task_id:
     real wait for a pool (or for the event loop) and `run_ms` the real run.
     `cpu_ms` is the CPU time the run used where it ran (None where nothing
     ran: /async only waits); the rest of run_ms it was started but not
-    running: `core_wait_ms` waiting for a core (the kernel's run queue) and
-    `blocked_ms` the rest, of which `gil_wait_ms` is the part that was the
+    running: `core_wait_ms` waiting for a core (the kernel's run queue),
+    `io_wait_ms` waiting on purpose (a sleep, a query: workloads/waits.py)
+    and `blocked_ms` the rest, of which `gil_wait_ms` is the part that was the
     GIL: all of it on a thread that shares its GIL, 0 on one alone with its
     own (workloads/clocks.py; None where it cannot be told). A cluster worker
     (distributed mode) also has an address, a sub-interpreter (interpreters
@@ -125,6 +137,7 @@ def envelope(run: Run, record: RunRecord, *, received: float, pid: int, task_id:
             "run_ms": _ms(finished - started),
             "cpu_ms": _ms_or_none(record["cpu"]),
             "core_wait_ms": _ms_or_none(record["core_wait"]),
+            "io_wait_ms": _ms_or_none(record["io_wait"]),
             "blocked_ms": _ms_or_none(record["blocked"]),
             "gil_wait_ms": _ms_or_none(record["gil_wait"]),
             "total_ms": _ms(responded - received),

@@ -80,6 +80,11 @@ class Setting(Generic[T]):
         return self.check(values) if self.check is not None else None
 
 
+def choices_help(what: str, choices: Mapping[str, str], tail: str) -> str:
+    """`what: a = ...; b = ... (tail)`: a choice flag's help, one clause per choice."""
+    return f"{what}: " + "; ".join(f"{name} = {meaning}" for name, meaning in choices.items()) + f" ({tail})"
+
+
 # ---------- parsers for the kinds of values the lab's flags take ----------
 
 

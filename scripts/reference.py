@@ -93,6 +93,11 @@ def routes_table() -> str:
         if mode.params:
             what += f" Params: {_param_words(mode.params)}."
         rows.append(("GET", f"`{path}`", what))
+        if mode.awaits:
+            awaited = ", ".join(f"`{name}`" for name in mode.awaits)
+            rows.append(("GET", f"`/{mode.name}/{{workload}}`", f"{mode.name} mode, awaiting a workload written to be "
+                         f"awaited ({awaited}) on the event loop: its computing on the loop's thread, its waits "
+                         "awaited together with every other request's. Params: the workload's."))  # fmt: skip
     lines = ["| method | route | what it does |", "|---|---|---|"]
     return "\n".join([*lines, *(f"| {m} | {p} | {cell(w)} |" for m, p, w in rows)])
 

@@ -43,18 +43,21 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     assert set(body["worker"]) == {"pid", "thread"} | extra
     timing = body["timing"]
     assert set(timing) == {
-        "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "blocked_ms", "gil_wait_ms",
-        "total_ms"
+        "received", "started", "finished", "queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "io_wait_ms", "blocked_ms",
+        "gil_wait_ms", "total_ms"
     }  # fmt: skip
     assert timing["received"] <= timing["started"] <= timing["finished"]
     assert timing["queued_ms"] >= 0 and timing["run_ms"] >= 0
     assert timing["total_ms"] >= timing["run_ms"]
-    if mode == "async":
+    upstream = mode == "async" and workload == "upstream"  # a call that only waited: nothing computed for it
+    if upstream:
         assert timing["cpu_ms"] is None
     else:  # CPU time is never more than the wall time it was spent in (one thread), give or take clock grain
         assert 0 <= timing["cpu_ms"] <= timing["run_ms"] + 5
-    # The split of the run: a wait is never negative; blocked is what computing and waiting for a core left
-    # of the run (never below 0), measured wherever they are; the GIL's wait is a part of it, where told.
+    # The split of the run: a wait is never negative; blocked is what computing, waiting for a core and
+    # waiting on purpose left of the run (never below 0), measured wherever they are; the GIL's wait is a
+    # part of it, where told. A wait on purpose is measured wherever the run waited (0 if it did not).
+    assert timing["io_wait_ms"] is not None and 0 <= timing["io_wait_ms"] <= timing["run_ms"]
     if timing["core_wait_ms"] is not None:
         assert timing["core_wait_ms"] >= 0
         assert timing["blocked_ms"] == _rest(timing)
@@ -65,8 +68,9 @@ def assert_envelope(body: dict[str, Any], mode: str, workload: str) -> None:
     # Where a run's GIL is its own nobody else took it: its blocked time was something else.
     if mode in OWN_GIL and timing["blocked_ms"] is not None:
         assert timing["gil_wait_ms"] == 0
-    if mode == "async":
+    if upstream:  # all of it a wait on purpose, timed around the calls
         assert timing["core_wait_ms"] is timing["blocked_ms"] is timing["gil_wait_ms"] is None
+        assert timing["io_wait_ms"] == pytest.approx(timing["run_ms"], abs=0.002)
 
 
 # Modes whose runs are alone with their GIL: a process-pool worker (one job at a time) and a sub-interpreter.
@@ -74,8 +78,9 @@ OWN_GIL = {"processing", "interpreters"}
 
 
 def _rest(timing: dict[str, Any]) -> Any:
-    """run_ms less cpu_ms and core_wait_ms, floored at 0, within the envelope's rounding (3 decimals each)."""
-    return pytest.approx(max(0.0, timing["run_ms"] - timing["cpu_ms"] - timing["core_wait_ms"]), abs=0.002)
+    """run_ms less cpu_ms, core_wait_ms and io_wait_ms, floored at 0, within the envelope's rounding (3 decimals)."""
+    rest = timing["run_ms"] - timing["cpu_ms"] - timing["core_wait_ms"] - timing["io_wait_ms"]
+    return pytest.approx(max(0.0, rest), abs=0.003)
 
 
 def assert_error(reply: Reply, status: int, *fragments: str) -> None:

@@ -33,9 +33,10 @@ def test_ping_is_tiny(server: LabServer) -> None:
 def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     listed = get(f"{server.url}/workloads").json()
     assert isinstance(listed, list)
-    assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep"]
+    assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep", "mix"]
     for entry in listed:
-        assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "needs", "gil_enabled", "modes"}
+        assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "needs", "awaitable",
+                              "gil_enabled", "modes"}  # fmt: skip
         assert entry["releases_gil"] is WORKLOADS[entry["name"]].releases_gil
         assert entry["gil_enabled"] is True  # this interpreter has its GIL (a free-threaded one would say false)
         for param in entry["params"]:

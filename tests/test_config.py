@@ -12,6 +12,7 @@ from lab.config import Config, parse_args
 from lab.machine import cpu_count
 from lab.modes.processing.runner import PROCESS_POOL
 from lab.modes.threading.runner import THREAD_POOL
+from lab.modes.upstream.settings import UPSTREAM_CLIENT, UPSTREAM_TIMEOUT
 
 
 def test_defaults() -> None:
@@ -33,9 +34,9 @@ def test_flags() -> None:
     assert config.processes == 0 and config.process_count == cpu_count() and config.forked
     assert (config[THREAD_POOL], config[PROCESS_POOL], config.max_pending) == (3, 5, 7)
     assert config.upstream == "http://127.0.0.1:9"
-    assert (config.job_timeout, config.upstream_timeout, config.grace) == (2.5, 1.0, 3.0)
+    assert (config.job_timeout, config[UPSTREAM_TIMEOUT], config.grace) == (2.5, 1.0, 3.0)
     assert not config.access_log
-    assert (config.accept, config.upstream_client) == ("reuseport", "simple")
+    assert (config.accept, config[UPSTREAM_CLIENT]) == ("reuseport", "simple")
 
 
 @pytest.mark.parametrize(

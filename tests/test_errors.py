@@ -24,7 +24,7 @@ from tests.lab_server import get
         ("/blocking?N=5", 400, "unknown parameter 'N' for count; allowed: n"),
         ("/blocking/count?n=%FF", 400, "not valid UTF-8"),
         ("/blocking?" + "a" * 3000, 400, "query string too long"),
-        ("/processing/nope", 404, "workloads: count, fib, matmul, train, predict, sleep"),
+        ("/processing/nope", 404, "workloads: count, fib, matmul, train, predict, sleep, mix"),
         ("/blocking/..%2F..%2Fetc%2Fpasswd", 404, "unknown workload"),
         ("/nope", 404, "no route for '/nope'"),
         ("/blocking/count/extra", 404, "no route"),

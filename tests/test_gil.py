@@ -47,6 +47,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "train": {"dataset": "digits", "trees": 60},
     "predict": {"rows": 15_000},
     "sleep": {"seconds": 0.15},
+    # Its computing, which is what holds the GIL (its waiting lets go: tests/test_mix.py measures that too).
+    "mix": {"compute_ms": 150.0, "wait_ms": 0.0},
 }
 SWITCH_INTERVAL = 0.25
 # How long the probe lets go of the GIL: time for the worker to get a core and take it.
@@ -58,9 +60,9 @@ RELEASES_BELOW = 0.1 * SWITCH_INTERVAL
 HOLDS_ABOVE = 0.4 * SWITCH_INTERVAL
 
 
-def gil_wait(name: str, samples: int = 7, budget_s: float = 60.0) -> float:
+def gil_wait(name: str, samples: int = 7, budget_s: float = 60.0, params: dict[str, Any] | None = None) -> float:
     """Median time another thread waits for the GIL while `name` runs (seconds), over the samples that tell."""
-    func, params = WORKLOADS[name].func, SIZES[name]
+    func, params = WORKLOADS[name].func, SIZES[name] if params is None else params
     func(**params)  # warm caches: the datasets, the predict model
     stop = threading.Event()
 

@@ -266,7 +266,11 @@ def test_request_parsing_and_command_line() -> None:
     ]  # fmt: skip
     defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
     assert defaults == RaceRequest(Run("processing", "count", {"n": 30_000_000}), 10)
-    asynchronous = RaceRequest.parse(json.dumps({"mode": "async", "workload": "ignored"}))
+    asynchronous = RaceRequest.parse(json.dumps({"mode": "async"}))
     assert "--workload" not in asynchronous.command("http://127.0.0.1:9")
+    awaited = RaceRequest.parse(json.dumps({"mode": "async", "workload": "mix", "params": {"wait_ms": 5}}))
+    assert {"--workload", "mix", "wait_ms=5.0"} <= set(awaited.command("http://127.0.0.1:9"))
+    with pytest.raises(RaceInputError, match="awaits only"):
+        RaceRequest.parse(json.dumps({"mode": "async", "workload": "count"}))
     with pytest.raises(RaceInputError):
         RaceRequest.parse(b'{"mode": "blocking"}')

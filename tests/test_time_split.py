@@ -67,10 +67,10 @@ def test_a_process_pool_worker_waits_for_no_gil(server: LabServer) -> None:
     # the worst blocked seen anywhere was 0.11 (a sub-interpreter on CI, computing about half).
     split = shares(timings)
     assert split["blocked"] < split["cpu"], split
-    # Blocked for certain (a sleep), and still none of it the GIL's.
+    # A wait on purpose (a sleep) is its own part, and none of the rest is the GIL's.
     [sleep] = get_many([f"{server.url}/processing/sleep?seconds=0.05"])
     timing = sleep.json()["timing"]
-    assert timing["blocked_ms"] > timing["cpu_ms"] and timing["gil_wait_ms"] == 0, timing
+    assert timing["io_wait_ms"] > timing["cpu_ms"] and timing["gil_wait_ms"] == 0, timing
 
 
 @pytest.mark.usefixtures("hogs")
@@ -85,29 +85,27 @@ def test_busy_cores_are_blamed_on_the_cores_not_the_gil(server: LabServer) -> No
 
 
 def test_nothing_is_claimed_where_nothing_can_be_told(server: LabServer) -> None:
-    [sleep] = get_many([f"{server.url}/threading/sleep?seconds=0.05"])
-    timing = sleep.json()["timing"]
-    # Blocked: the sleep, mostly (at least the part of its 50 ms that was not computing or queueing).
-    assert timing["core_wait_ms"] is not None and timing["blocked_ms"] > timing["cpu_ms"]
-    assert timing["gil_wait_ms"] is None  # on a thread that shares its GIL, the GIL's part cannot be told
+    # /async's upstream call only waits: nothing computes for it, so no clock is read but the wall's, and
+    # all of its run is a wait on purpose (a wait in a thread: tests/test_mix.py).
     [waited] = get_many([f"{server.url}/async?delay=0.01"])
     timing = waited.json()["timing"]
     assert timing["cpu_ms"] is timing["core_wait_ms"] is timing["blocked_ms"] is timing["gil_wait_ms"] is None
+    assert timing["io_wait_ms"] == pytest.approx(timing["run_ms"], abs=0.002) and timing["run_ms"] >= 10
 
 
 def test_blocked_floors_at_zero_and_the_gil_s_part_needs_a_shared_gil(monkeypatch: pytest.MonkeyPatch) -> None:
     assert clocks.blocked_time(1.0, 0.7, 0.2) == pytest.approx(0.1)
     assert clocks.blocked_time(1.0, 1.5, 0.0) == 0.0  # BLAS threads: process CPU above wall time
     assert clocks.blocked_time(1.0, 0.1, None) is None  # no schedstat
-    assert clocks.gil_part(0.1, waits=False, shared_gil=True) == 0.1  # a thread among threads: the GIL
-    assert clocks.gil_part(0.1, waits=False, shared_gil=False) == 0.0  # alone with its GIL: something else
-    assert clocks.gil_part(0.1, waits=True, shared_gil=False) == 0.0
-    assert clocks.gil_part(0.1, waits=True, shared_gil=True) is None  # its own wait, or the GIL: not told
-    assert clocks.gil_part(None, waits=False, shared_gil=False) is None
+    assert clocks.blocked_time(1.0, 0.2, 0.1, 0.6) == pytest.approx(0.1)  # its own waits are not blocked
+    assert clocks.blocked_time(1.0, 0.2, 0.1, 0.8) == 0.0
+    assert clocks.gil_part(0.1, shared_gil=True) == 0.1  # a thread among threads: the GIL
+    assert clocks.gil_part(0.1, shared_gil=False) == 0.0  # alone with its GIL: something else
+    assert clocks.gil_part(None, shared_gil=False) is None
     assert clocks.THREAD.shared_gil and not clocks.PROCESS.shared_gil and not clocks.OWN_GIL_THREAD.shared_gil
     monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
-    assert clocks.gil_part(0.1, waits=False, shared_gil=True) is None  # no GIL at all
-    assert clocks.gil_part(0.1, waits=False, shared_gil=False) is None
+    assert clocks.gil_part(0.1, shared_gil=True) is None  # no GIL at all
+    assert clocks.gil_part(0.1, shared_gil=False) is None
 
 
 def test_the_clocks_read_the_kernels_run_queue() -> None:

@@ -13,15 +13,18 @@ import numpy as np
 import pytest
 
 from lab import ROOT
-from workloads import cpu, io, ml, numeric
+from workloads import cpu, io, mix, ml, numeric
 from workloads.registry import WORKLOADS, run_timed
 
-KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS]
+KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS, *mix.KNOWN_ANSWERS]
 
 
 @pytest.mark.parametrize(("name", "params", "expected"), KNOWN, ids=[f"{n}-{p}" for n, p, _ in KNOWN])
 def test_known_answer(name: str, params: dict[str, Any], expected: Any) -> None:
     assert WORKLOADS[name].func(**params) == expected
+    awaited = WORKLOADS[name].awaited
+    if awaited is not None:  # the form an event loop awaits gives the same answer
+        assert asyncio.run(awaited(**params)) == expected
 
 
 def test_every_workload_has_known_answers() -> None:

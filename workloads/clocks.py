@@ -5,10 +5,11 @@ runnable with no core free (the run queue: `core_wait`), or blocked. Linux
 counts the first two per thread in /proc/<pid>/task/<tid>/schedstat: time on
 a CPU, then time waiting in the run queue, both in nanoseconds; the rest of
 the wall time is `blocked`, on whatever blocked it. Only some of that can be
-named: for pure-Python code on a thread that shares its GIL with other
-threads it is the GIL; on a thread alone with its GIL (a process-pool worker,
-a sub-interpreter with a GIL of its own) none of it is; for a workload that
-waits (sleep) it is mostly the wait itself, so no GIL share is claimed there.
+named: a workload's own waits (a sleep, a query) are timed where they
+happen (workloads/waits.py) and taken out first; of the rest, on a thread
+that shares its GIL with other threads it is the GIL; on a thread alone with
+its GIL (a process-pool worker, a sub-interpreter with a GIL of its own) none
+of it is.
 """
 
 from __future__ import annotations
@@ -85,29 +86,28 @@ PROCESS = Clocks(time.process_time, process_core_wait, shared_gil=False)
 OWN_GIL_THREAD = Clocks(time.thread_time, thread_core_wait, shared_gil=False)
 
 
-def blocked_time(run: float, cpu: float, core_wait: float | None) -> float | None:
-    """What of `run` was neither computing nor waiting for a core, never below 0; None without schedstat.
+def blocked_time(run: float, cpu: float, core_wait: float | None, io_wait: float = 0.0) -> float | None:
+    """What of `run` was neither computing, nor waiting for a core, nor waiting on purpose; never below 0;
+    None without schedstat.
 
-    Blocked on anything: the GIL, a lock, a sleep, a page fault read from
-    disk, or on a virtual machine time its host ran someone else (a guest
-    kernel that accounts steal time counts it as neither CPU nor run queue).
+    Blocked on anything but its own waits (workloads/waits.py times those):
+    the GIL, a lock, a page fault read from disk, or on a virtual machine
+    time its host ran someone else (a guest kernel that accounts steal time
+    counts it as neither CPU nor run queue).
     """
     if core_wait is None:
         return None
-    return max(0.0, run - cpu - core_wait)
+    return max(0.0, run - cpu - core_wait - io_wait)
 
 
-def gil_part(blocked: float | None, *, waits: bool, shared_gil: bool) -> float | None:
+def gil_part(blocked: float | None, shared_gil: bool) -> float | None:
     """The part of `blocked` that was the GIL, where that can be told; None where it cannot.
 
-    All of it for a thread that shares its GIL, since nothing else stops a
-    runnable thread of pure-Python code; 0 for one alone with its GIL, which
-    nobody else takes. None with no GIL (a free-threaded interpreter), without
-    a reading, or for a workload that waits on a thread that shares its GIL
-    (the blocked time is mostly its own wait: the two cannot be told apart).
+    All of it for a thread that shares its GIL, since with its own waits
+    taken out nothing else stops a runnable thread of Python code; 0 for
+    one alone with its GIL, which nobody else takes. None with no GIL (a
+    free-threaded interpreter) or without a reading.
     """
     if blocked is None or not gil_enabled():
         return None
-    if not shared_gil:
-        return 0.0
-    return None if waits else blocked
+    return blocked if shared_gil else 0.0

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
+from workloads import waits
 
 
 def sleep(seconds: float) -> float:
-    """Wait `seconds` without using the CPU (like a blocking socket read); return `seconds`."""
-    time.sleep(seconds)
+    """Wait `seconds` without using the CPU (like a blocking socket read), a wait on purpose; return `seconds`."""
+    waits.sleep(seconds)
     return seconds
 
 

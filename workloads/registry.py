@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workloads import cpu, io, ml, numeric
+from workloads import cpu, io, mix, ml, numeric
 from workloads.clocks import THREAD, Clocks, gil_enabled
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
-from workloads.timing import RunRecord, time_call
+from workloads.timing import RunRecord, time_await, time_call
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class Workload:
     waits: bool = False
     # Extension modules it imports ("numpy"): a mode whose workers cannot load one refuses it (lab/modes/registry.py).
     needs: tuple[str, ...] = ()
+    # The same work written to be awaited on an event loop (its waits awaited, not slept), where there is one.
+    awaited: Callable[..., Coroutine[Any, Any, Any]] | None = None
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         return parse_params(self.name, self.params, query)
@@ -40,6 +42,7 @@ class Workload:
             "releases_gil": self.releases_gil,
             "waits": self.waits,
             "needs": list(self.needs),
+            "awaitable": self.awaited is not None,
             "params": [p.describe() for p in self.params],
         }
 
@@ -99,6 +102,18 @@ WORKLOADS: dict[str, Workload] = {
             releases_gil=True,
             waits=True,
         ),
+        Workload(
+            "mix",
+            mix.mix,
+            "compute_ms of pure-Python work (GIL held, timed by the thread's CPU clock), then wait_ms of "
+            "waiting on purpose (time.sleep; asyncio.sleep when awaited): the dial from CPU-bound to I/O-bound.",
+            (
+                FloatParam("compute_ms", 300.0, 0.0, 5000.0, "milliseconds of CPU time computing"),
+                FloatParam("wait_ms", 700.0, 0.0, 5000.0, "milliseconds waiting, after the computing"),
+            ),
+            releases_gil=False,
+            awaited=mix.amix,
+        ),
     )
 }
 
@@ -115,8 +130,15 @@ def described() -> list[dict[str, Any]]:
 
 def run_timed(name: str, params: dict[str, Any], clocks: Clocks = THREAD) -> RunRecord:
     """Run workload `name`, timing it where it runs: in the worker, not the caller (workloads/timing.py)."""
-    workload = WORKLOADS[name]
-    return time_call(workload.func, params, waits=workload.waits, clocks=clocks)
+    return time_call(WORKLOADS[name].func, params, clocks=clocks)
+
+
+async def await_timed(name: str, params: dict[str, Any]) -> RunRecord:
+    """Await workload `name`'s awaitable form on this event loop, timing its own steps and waits."""
+    awaited = WORKLOADS[name].awaited
+    if awaited is None:
+        raise ValueError(f"{name} cannot be awaited")
+    return await time_await(awaited, params)
 
 
 def warm_up() -> int:

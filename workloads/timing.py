@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, NotRequired, TypedDict
 
-from workloads.clocks import THREAD, Clocks, blocked_time, gil_part
+from workloads.clocks import THREAD, Clocks, blocked_time, gil_enabled, gil_part
+from workloads.steps import Steps
+from workloads.waits import counting
 
 
 class RunRecord(TypedDict):
@@ -28,11 +30,14 @@ class RunRecord(TypedDict):
     cpu: float | None
     # Seconds it was runnable but had no core (schedstat's run queue); None where not measured.
     core_wait: float | None
-    # Seconds it was neither computing nor waiting for a core: blocked, on whatever blocked it
-    # (the GIL, a lock, its own wait, the host); None where not measured (workloads/clocks.py).
+    # Seconds it waited on purpose (a sleep, a query's answer), timed where it waited (workloads/waits.py):
+    # 0.0 for a run that waits for nothing; None where not measured.
+    io_wait: float | None
+    # Seconds it was neither computing, nor waiting for a core, nor waiting on purpose: blocked, on
+    # whatever blocked it (the GIL, a lock, the host); None where not measured (workloads/clocks.py).
     blocked: float | None
     # The part of `blocked` that was the GIL: all of it on a thread that shares its GIL, 0 on one
-    # alone with its own; None where that cannot be told (no GIL, a workload that waits, no reading).
+    # alone with its own; None where that cannot be told (no GIL, no reading).
     gil_wait: float | None
     # A cluster worker's address (tcp://host:port) where the run had one (distributed mode).
     address: NotRequired[str]
@@ -40,10 +45,11 @@ class RunRecord(TypedDict):
     interpreter: NotRequired[int]
 
 
-def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, clocks: Clocks = THREAD) -> RunRecord:
-    """Call `func(**params)`, timing it here, where it runs: wall, CPU and run-queue time.
+def time_call(func: Callable[..., Any], params: dict[str, Any], *, clocks: Clocks = THREAD) -> RunRecord:
+    """Call `func(**params)`, timing it here, where it runs: wall, CPU, run-queue time and its own waits.
 
-    The rest of the wall time the run was blocked; for pure-Python code on a
+    Its waits on purpose (workloads/waits.py) are timed where they happen;
+    the rest of the wall time the run was blocked; for pure-Python code on a
     thread that shares its GIL that is the GIL (workloads/clocks.py). The
     clocks are the thread's by default (threads share their process and its
     GIL); a process that runs one job at a time passes PROCESS, so that BLAS
@@ -52,12 +58,61 @@ def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, 
     queued = clocks.core_wait()
     cpu = clocks.cpu()
     started = time.time()
-    result = func(**params)
+    with counting() as waits:
+        result = func(**params)
     finished = time.time()
     cpu = clocks.cpu() - cpu
     after = clocks.core_wait()
     core_wait = None if queued is None or after is None else max(0.0, after - queued)
-    blocked = blocked_time(finished - started, cpu, core_wait)
+    blocked = blocked_time(finished - started, cpu, core_wait, waits.total)
+    gil_wait = gil_part(blocked, clocks.shared_gil)
+    return _record(
+        result, started, finished, cpu=cpu, core_wait=core_wait, io_wait=waits.total, blocked=blocked, gil_wait=gil_wait
+    )
+
+
+async def time_await(func: Callable[..., Coroutine[Any, Any, Any]], params: dict[str, Any]) -> RunRecord:
+    """Await `func(**params)` on this event loop, timing its own steps (workloads/steps.py) and its waits.
+
+    Many runs take turns on the loop's one thread: a run's CPU and run-queue
+    time are those of its own steps, and what the thread did between them
+    was other runs' (or the loop's). Its blocked time is then the time it
+    was ready but the loop ran others, plus any blocked inside its steps:
+    that part, where nothing but the GIL stops a step of Python code, is its
+    GIL wait.
+    """
+    steps = Steps()
+    started = time.time()
+    with counting(steps.own) as waits:
+        result = await steps.drive(func(**params))
+    finished = time.time()
+    core_wait = steps.core_wait
+    blocked = blocked_time(finished - started, steps.cpu, core_wait, waits.total)
+    in_steps = None if core_wait is None else max(0.0, steps.wall - steps.cpu - core_wait)
+    gil = None if blocked is None or in_steps is None or not gil_enabled() else min(blocked, in_steps)
+    return _record(
+        result,
+        started,
+        finished,
+        cpu=steps.cpu,
+        core_wait=core_wait,
+        io_wait=waits.total,
+        blocked=blocked,
+        gil_wait=gil,
+    )
+
+
+def _record(
+    result: Any,
+    started: float,
+    finished: float,
+    *,
+    cpu: float,
+    core_wait: float | None,
+    io_wait: float,
+    blocked: float | None,
+    gil_wait: float | None,
+) -> RunRecord:
     return {
         "result": result,
         "pid": os.getpid(),
@@ -66,21 +121,24 @@ def time_call(func: Callable[..., Any], params: dict[str, Any], *, waits: bool, 
         "finished": finished,
         "cpu": cpu,
         "core_wait": core_wait,
+        "io_wait": io_wait,
         "blocked": blocked,
-        "gil_wait": gil_part(blocked, waits=waits, shared_gil=clocks.shared_gil),
+        "gil_wait": None if blocked is None else gil_wait,
     }
 
 
 def waited(result: Any, started: float) -> RunRecord:
-    """The record of a call that only waited, on this thread: nothing computed on anyone's behalf."""
+    """The record of a call that only waited, on this thread: all of its time a wait, nothing computed for it."""
+    finished = time.time()
     return {
         "result": result,
         "pid": os.getpid(),
         "thread": threading.current_thread().name,
         "started": started,
-        "finished": time.time(),
+        "finished": finished,
         "cpu": None,
         "core_wait": None,
+        "io_wait": finished - started,
         "blocked": None,
         "gil_wait": None,
     }

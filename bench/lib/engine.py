@@ -67,7 +67,7 @@ def get(url: str, timeout: float) -> tuple[int, Any, float, float]:
 
 def mode_url(base: str, mode: str, workload: str | None, params: dict[str, str]) -> str:
     """The URL one request of this race goes to (workload None: the route's default)."""
-    path = f"/{mode}/{workload}" if workload and MODES[mode].runs_workloads else f"/{mode}"
+    path = f"/{mode}/{workload}" if MODES[mode].runs(workload) else f"/{mode}"
     query = urllib.parse.urlencode(params)
     return f"{base.rstrip('/')}{path}" + (f"?{query}" if query else "")
 

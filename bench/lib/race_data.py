@@ -51,8 +51,9 @@ class RaceSpec:
 
     @property
     def ran(self) -> str:
-        """What this race runs, as its envelopes name it (async: "upstream", not the workload)."""
-        return MODES[self.mode].workload or self.workload
+        """What this race runs, as its envelopes name it (async: "upstream", unless it awaits the workload)."""
+        mode = MODES[self.mode]
+        return self.workload if mode.runs(self.workload) else mode.workload or self.workload
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,11 @@ class Summary:
     cpu_ratio: float | None = None
     # Where the answered runs' time went, as shares of their summed run time (timing's split):
     # computing (1.0: every run computed all the time it was started), waiting for a core (the run
-    # queue), blocked, and the part of blocked that was the GIL (0 where each run's GIL is its own).
-    # None where the envelopes do not say.
+    # queue), waiting on purpose (a sleep, a query), blocked, and the part of blocked that was the GIL
+    # (0 where each run's GIL is its own). None where the envelopes do not say.
     cpu_share: float | None = None
     core_wait_share: float | None = None
+    io_wait_share: float | None = None
     blocked_share: float | None = None
     gil_wait_share: float | None = None
     # The server's GIL contention and core wait as the /ping probes saw them (None where not measured).
@@ -261,6 +263,7 @@ def _from_envelopes(ok: list[Response]) -> dict[str, Any]:
         "spread": spread_of([body["server"]["pid"] for body in bodies]),
         "cpu_share": share_of(timings, "cpu_ms"),
         "core_wait_share": share_of(timings, "core_wait_ms"),
+        "io_wait_share": share_of(timings, "io_wait_ms"),
         "blocked_share": share_of(timings, "blocked_ms"),
         "gil_wait_share": share_of(timings, "gil_wait_ms"),
     }

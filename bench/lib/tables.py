@@ -89,12 +89,13 @@ PING_COLUMNS = (
 
 # What the race's instruments add (bench/lib/race_data.py's Summary): the ratio to the ideal this machine
 # can reach (its measured parallel capacity), where the runs' time went (computing, waiting for a
-# core, blocked, and of that the GIL's part: shares of their run time), the server's GIL and core
-# meters at worst.
+# core, waiting on purpose, blocked, and of that the GIL's part: shares of their run time), the
+# server's GIL and core meters at worst.
 INSTRUMENT_COLUMNS = (
     Column("reachable_ratio", "reach ratio"),
     Column("cpu_share", "cpu share"),
     Column("core_wait_share", "core wait"),
+    Column("io_wait_share", "io wait"),
     Column("blocked_share", "blocked"),
     Column("gil_wait_share", "GIL wait"),
     Column("gil_max", "GIL max"),

@@ -78,11 +78,18 @@ class Mode:
     # needs one is refused with that reason (a 422), never sent to fail there.
     cannot_load: tuple[str, ...] = ()
     cannot_load_because: str = ""
+    # The lab's workloads a mode that runs its own also awaits, at /{mode}/{workload}, on its event loop:
+    # those written to be awaited (workloads/registry.py's `awaited`; tests/test_async_workloads.py checks).
+    awaits: tuple[str, ...] = ()
 
     @property
     def runs_workloads(self) -> bool:
         """Served at /{mode}[/{workload}] with the workload's params; otherwise at /{mode} with its own."""
         return self.workload is None
+
+    def runs(self, workload: str | None) -> bool:
+        """Whether /{mode}/{workload} runs that workload: any, where the mode runs workloads; those it awaits."""
+        return workload is not None and (self.runs_workloads or workload in self.awaits)
 
     def parse(self, query: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         """This mode's own params from a query (a mode that runs no workload takes them)."""
@@ -109,6 +116,7 @@ class Mode:
             "why": self.why,
             "runs_on": self.runs_on,
             "runs_workloads": self.runs_workloads,
+            "awaits": list(self.awaits),
             "workload": self.workload,
             "params": [param.describe() for param in self.params],
             "flags": [setting.flag for setting in runner_class(self).settings],
@@ -126,12 +134,6 @@ class ServerConfig(Protocol):
     def process_count(self) -> int: ...
     @property
     def upstream(self) -> str | None: ...
-    @property
-    def upstream_client(self) -> str: ...
-    @property
-    def upstream_timeout(self) -> float: ...
-    @property
-    def upstream_idle(self) -> float: ...
 
     def __getitem__(self, setting: Setting[T]) -> T:
         """The value of a flag a runner declares (config[THREAD_POOL])."""

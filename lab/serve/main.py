@@ -26,11 +26,13 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from lab import collector, logs
-from lab.config import Config, embedded_upstream_idle, parse_args
+from lab.config import Config, parse_args
 from lab.instruments.stats import Board
 from lab.machine import read_cores
 from lab.modes.registry import preflight
+from lab.modes.upstream.client import UPSTREAM_IDLE_MARGIN_S
 from lab.modes.upstream.embedded import EmbeddedUpstream
+from lab.modes.upstream.settings import UPSTREAM_IDLE
 from lab.procs import LISTEN_BACKLOG, kill_children
 from lab.serve.accept import reserve_port
 from lab.serve.dispatch import Dispatch
@@ -147,7 +149,9 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
         port = sockets[0].getsockname()[1]
     board = Board(config.process_count)  # shared memory: must exist before the fork
-    upstream = None if config.upstream else EmbeddedUpstream.start(idle_timeout=embedded_upstream_idle(config))
+    # The embedded upstream keeps an idle connection longer than /async's client does: the client closes first.
+    upstream_idle = config[UPSTREAM_IDLE] + UPSTREAM_IDLE_MARGIN_S
+    upstream = None if config.upstream else EmbeddedUpstream.start(idle_timeout=upstream_idle)
     if upstream is not None:  # from here on, /async's upstream is this one, as if given with --upstream
         config = dataclasses.replace(config, upstream=upstream.url)
     parent = os.getpid()

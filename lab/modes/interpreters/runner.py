@@ -68,8 +68,7 @@ class InterpreterRunner(PoolRunner):
         return None if unavailable() is not None else super().ready_note()
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        entry = WORKLOADS[workload]
-        future = asyncio.get_running_loop().run_in_executor(self.executor, run, entry.func, params, entry.waits)
+        future = asyncio.get_running_loop().run_in_executor(self.executor, run, WORKLOADS[workload].func, params)
         # The gate hands the pool no more jobs than it has interpreters, so a
         # free one takes this job now; which one, the record says afterwards.
         self._started(job_id, None)

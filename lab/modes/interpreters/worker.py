@@ -83,14 +83,14 @@ def gil_is_own() -> bool:
         return False
 
 
-def run(func: Callable[..., Any], params: dict[str, Any], waits: bool) -> RunRecord:
+def run(func: Callable[..., Any], params: dict[str, Any]) -> RunRecord:
     """Run one workload here, in a sub-interpreter, timed on this thread.
 
     `func` arrives pickled by reference and is imported here. The thread is
     the pool's OS thread, but this interpreter only knows it by its native id;
     the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
-    record = time_call(func, params, waits=waits, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
+    record = time_call(func, params, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
     record["thread"] = str(threading.get_native_id())
     record["interpreter"] = interpreter_id()
     return record

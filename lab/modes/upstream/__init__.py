@@ -1,25 +1,31 @@
 """The async mode: a run that awaits a slow upstream (runner.py; the client: client.py; the embedded
-upstream it calls: server.py).
+upstream it calls: server.py), or awaits one of the lab's workloads written to be awaited (/async/mix).
 
 Its folder is named for what it waits on: `async` is a Python keyword.
 """
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode
+from lab.modes.contract import Capacity, Facts, Mode, waits
 from workloads.params import FloatParam, IntParam, Param
+
+UPSTREAM = "upstream"  # what the mode runs itself, as its envelopes name it
 
 ASYNC_PARAMS: tuple[Param, ...] = (
     FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
     IntParam("fanout", 1, 1, 50, "concurrent upstream calls awaited together"),
 )
 # What async runs, described as /workloads describes a workload: a call that only waits, without the GIL.
-UPSTREAM_TRAITS = {"name": "upstream", "releases_gil": True, "waits": True}
+UPSTREAM_TRAITS = {"name": UPSTREAM, "releases_gil": True, "waits": True}
 
 
 def capacity(facts: Facts, workload: str) -> Capacity:
     """How many runs of `workload` progress at once in this mode, and why."""
-    return Capacity(None, "every call waits at the upstream at the same time, so about one wait")
+    if workload == UPSTREAM:
+        return Capacity(None, "every call waits at the upstream at the same time, so about one wait")
+    if waits(facts, workload):
+        return Capacity(None, "every run waits on the event loop at the same time, so about one wait")
+    return Capacity(1, "the event loop's one thread computes one run at a time; only their waits overlap")
 
 
 MODE = Mode(
@@ -29,6 +35,7 @@ MODE = Mode(
     capacity,
     runner="lab.modes.upstream.runner.AsyncRunner",
     summary="as async I/O",
-    workload="upstream",
+    workload=UPSTREAM,
     params=ASYNC_PARAMS,
+    awaits=("mix",),
 )

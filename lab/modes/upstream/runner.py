@@ -1,4 +1,5 @@
 """The async mode: `fanout` calls to the upstream, awaited together on the event loop; nothing computes.
+Or one of the lab's workloads written to be awaited (/async/mix): its computing on the loop, its waits awaited.
 
 The upstream is where lab/serve/main.py says (config.upstream: --upstream, or the
 embedded one it started); lab/modes/upstream/client.py is how it is called. Each
@@ -12,8 +13,11 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self
 
+from lab.modes.upstream import UPSTREAM
 from lab.modes.upstream.client import DEFAULT_IDLE_S, Upstream
+from lab.modes.upstream.settings import UPSTREAM_CLIENT, UPSTREAM_IDLE, UPSTREAM_TIMEOUT
 from lab.web.descriptors import DescriptorBudget, open_files_limit
+from workloads.registry import await_timed
 from workloads.timing import RunRecord, waited
 
 if TYPE_CHECKING:
@@ -24,7 +28,9 @@ class AsyncRunner:
     """Awaits the upstream: one thread, the event loop's, holds every pending call at once."""
 
     inline = False
-    settings = ()  # its flags, --upstream*, are the server's: lab/serve/main.py starts the embedded upstream
+    # How it calls the upstream; where the upstream is (--upstream) is the server's to say, as
+    # lab/serve/main.py starts the embedded one before any fork.
+    settings = (UPSTREAM_CLIENT, UPSTREAM_TIMEOUT, UPSTREAM_IDLE)
 
     def __init__(
         self,
@@ -46,16 +52,17 @@ class AsyncRunner:
         self.idle.set()  # its calls belong to requests, which the server waits for
         self.budget = DescriptorBudget(open_files_limit(), processes)
         self._upstream: Upstream | None = None
+        self.awaiting = 0  # awaited workloads in flight
 
     @classmethod
     def from_config(cls, mode: str, config: ServerConfig) -> Self:
         return cls(
             mode,
             config.upstream,
-            config.upstream_client,
-            config.upstream_timeout,
+            config[UPSTREAM_CLIENT],
+            config[UPSTREAM_TIMEOUT],
             processes=config.process_count,
-            idle=config.upstream_idle,
+            idle=config[UPSTREAM_IDLE],
         )
 
     async def start(self) -> None:
@@ -66,6 +73,8 @@ class AsyncRunner:
         self.budget = DescriptorBudget(open_files_limit(), self.processes)
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        if workload != UPSTREAM:
+            return await self._awaited(workload, params)
         started = time.time()
         fanout = params["fanout"]
         upstream = self._upstream
@@ -79,11 +88,19 @@ class AsyncRunner:
         # The waiting happens here, in the server process, on the loop's thread.
         return waited({"calls": replies}, started)
 
+    async def _awaited(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        """One of the lab's workloads written to be awaited (/async/mix), on this loop, timed by its own steps."""
+        self.awaiting += 1
+        try:
+            return await await_timed(workload, params)
+        finally:
+            self.awaiting -= 1
+
     def snapshot(self) -> dict[str, Any]:
         """No pool: its waits, the descriptors they hold, and what the budget refused."""
         return {
             "kind": "upstream waits",
-            "running": self.budget.waits,
+            "running": self.budget.waits + self.awaiting,
             "waiting": 0,  # nothing queues: admitted at once, or 503
             "rejected": self.budget.rejected,
             "idle_connections": self._upstream.idle if self._upstream is not None else 0,

@@ -1,0 +1,85 @@
+"""Time a workload waits on purpose (a sleep, a query's answer), timed where it waits.
+
+A workload wraps each of its own waits in `waiting()`; the run's timer
+(workloads/timing.py) opens a `Waits` around the run and reads its total
+into the record as `io_wait`, so that the wait is not counted as blocked.
+The total lives in a context variable: it belongs to whatever runs the
+workload, a thread (of a pool, a process-pool worker, a sub-interpreter, a
+Dask worker) or a task on an event loop, where many runs interleave on one
+thread and each keeps its own. Called outside a timed run, `waiting()`
+times nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from workloads.clocks import thread_core_wait
+
+
+def thread_own() -> float:
+    """Seconds this thread has computed and queued for a core so far (its CPU clock and its run queue)."""
+    return time.thread_time() + (thread_core_wait() or 0.0)
+
+
+@dataclass
+class Waits:
+    """The waits of one run so far, and how to read the waiting thread's own time (computing, queueing)."""
+
+    # Seconds the run has used so far of the thread that waits: CPU plus run queue. What of a wait's
+    # wall time was this, the run was not waiting for: taken out of the wait. The thread's, even in a
+    # process-pool worker whose run is timed by the process's clocks: its other threads' time (the
+    # parent watcher's wake-ups) was not the wait's.
+    own: Callable[[], float] = thread_own
+    total: float = 0.0
+
+
+_CURRENT: ContextVar[Waits | None] = ContextVar("lab_waits", default=None)
+
+
+@contextmanager
+def counting(own: Callable[[], float] = thread_own) -> Iterator[Waits]:
+    """The waits of the run that happens inside this block (workloads/timing.py opens it)."""
+    waits = Waits(own)
+    token = _CURRENT.set(waits)
+    try:
+        yield waits
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextmanager
+def waiting(expected: float | None = None) -> Iterator[None]:
+    """Count the block's wall time as waiting on purpose, less what of it the run spent computing or queueing.
+
+    `expected`: how long the wait was asked to last (a sleep's seconds); time
+    beyond it, such as a thread getting its GIL back after the wake-up, is
+    not on purpose and stays blocked.
+    """
+    waits = _CURRENT.get()
+    if waits is None:
+        yield
+        return
+    start, own = time.perf_counter(), waits.own()
+    try:
+        yield
+    finally:
+        waited = max(0.0, time.perf_counter() - start - (waits.own() - own))
+        waits.total += waited if expected is None else min(waited, expected)
+
+
+def sleep(seconds: float) -> None:
+    """time.sleep, counted as waiting on purpose."""
+    with waiting(seconds):
+        time.sleep(seconds)
+
+
+async def asleep(seconds: float) -> None:
+    """asyncio.sleep, counted as waiting on purpose."""
+    with waiting(seconds):
+        await asyncio.sleep(seconds)

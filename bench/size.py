@@ -41,7 +41,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ if __package__ in (None, ""):  # run as `python bench/size.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import sizing as chart
+from bench.lib import capacity
 from bench.lib.args import OUT, ROUNDS, SERVER_ARGS
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.optional import missing
@@ -163,9 +164,10 @@ def advise(target: Target, args: argparse.Namespace) -> dict[str, Any]:
         measured = probe.measure(target, out, upstream, quick=args.quick)
         split, memory = measured["split"], measured["memory"]
         most = args.max_processes or 2 * cores.usable + 1
+        measured["reach"] = reach(cores, progress)
         predicted = model.recommend(split, cores.capacity, memory, args.memory, most)
         points = sweep_points(predicted, cores.usable, quick=args.quick, fits=_fits(memory, args.memory))
-        expected = model.capacity(split, cores.capacity, predicted).throughput_rps
+        expected = model.capacity(split, measured["reach"]["speed"], predicted).throughput_rps
         plan = verify.plan_for(points, expected, split.alone_ms, quick=args.quick, rounds=args.rounds,
                                users=args.users, rate=args.rate, seconds=args.seconds)  # fmt: skip
         rows = verify.sweep(target, points, plan, out, upstream=upstream, progress=progress)
@@ -175,6 +177,15 @@ def advise(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     print(answer.markdown(doc))
     print(f"wrote {out}/size.md, size.json and size.png", file=sys.stderr)
     return doc
+
+
+def reach(cores: Cores, progress: Progress) -> dict[str, Any]:
+    """The cores' worth this host gives just now (bench/lib/capacity.py: a loop on every usable core at once
+    against one alone). The point is chosen from the cores allowed; the throughput it expects, from these."""
+    progress(f"timing {cores.usable} loops at once against one alone")
+    found = capacity.measure(cores.usable)
+    speed = min(cores.capacity, found.effective_cores)
+    return {**asdict(found), "effective_cores": round(found.effective_cores, 3), "speed": round(speed, 3)}
 
 
 def _fits(memory: model.Memory, allowed_mb: float | None) -> Callable[[model.Point], bool]:
@@ -197,10 +208,11 @@ class Findings:
 
 def predictions(found: Findings) -> dict[str, dict[str, Any]]:
     """What the model predicts for each point swept, under the sweep's own load."""
-    split, memory, cores, plan = found.measured["split"], found.measured["memory"], found.cores, found.plan
+    split, memory, plan = found.measured["split"], found.measured["memory"], found.plan
+    speed = found.measured["reach"]["speed"]
     return {
         s.point.label: model.predict(
-            split, cores.capacity, memory, s.point, users=plan.users, rate=plan.rate, seconds=plan.open_s
+            split, speed, memory, s.point, users=plan.users, rate=plan.rate, seconds=plan.open_s
         )
         for s in found.points
     }

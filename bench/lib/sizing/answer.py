@@ -153,7 +153,9 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- of the best point swept: {check['of_best']:.0%}; of the better rule of thumb: "
         f"{check['of_best_rule'] or 1.0:.0%}",
         "",
-        f"Cores: {cores['usable']} usable ({cores['note']}). Split alone: CPU {split['cpu_ms']} ms (GIL-held "
+        f"Cores: {cores['usable']} usable ({cores['note']}); the host gave "
+        f"{doc['measured']['reach']['effective_cores']:g} cores' worth just before the sweep, which the predicted "
+        f"throughputs are for. Split alone: CPU {split['cpu_ms']} ms (GIL-held "
         f"{split['gil_ms']} ms), waited {split['wait_ms']} ms, {split['alone_ms']} ms in all; two threads in one "
         f"process: {doc['measured']['gil_wait_ms_two_threads']} ms waiting for the other.",
         "",

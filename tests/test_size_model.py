@@ -11,6 +11,7 @@ from bench.lib.sizing.model import (
     Point,
     Split,
     capacity,
+    core_slowdown,
     open_p95_s,
     predict,
     recommend,
@@ -133,6 +134,16 @@ def test_flags_say_the_same_sizing_for_each_server() -> None:
         "gunicorn": "-k gthread -w 2 --threads 4",
         "uwsgi": "--processes 2 --threads 4",
     }
+
+
+def test_processes_beyond_the_cores_slow_each_other_only_when_they_compute_at_once() -> None:
+    assert core_slowdown(2, 2.0, 1.0) == 1.0  # as many processes as cores: no one waits
+    assert core_slowdown(5, 2.0, 1.0) == pytest.approx(2.5)  # always computing: five on two cores
+    assert core_slowdown(5, 2.0, 0.0) == 1.0  # never at the same time
+    assert 1.0 < core_slowdown(5, 2.0, 0.3) < core_slowdown(5, 2.0, 0.6) < 2.5
+    # Five single-threaded processes of the 30/70 mix: better than taking turns all the time, worse than none.
+    five = capacity(MIX, 2.0, Point(5, 1)).throughput_rps
+    assert 5000 / (MIX.gil_ms * 2.5 + MIX.wait_ms) < five < 5000 / MIX.hold_ms
 
 
 def test_a_split_without_cpu_is_refused() -> None:

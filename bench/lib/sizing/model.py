@@ -19,10 +19,12 @@ Analysis gives that system's throughput exactly: it reaches P / gil only
 slowly past T = hold / gil (1 + wait / cpu for Python code), because the
 threads' GIL-held turns collide. So
 
-    X(P, T) = min(C / cpu, P * MVA(T; gil * max(1, P / C), hold - gil)) * switching(P, T)
+    X(P, T) = min(C / cpu, P * MVA(T; gil * slowdown, hold - gil)) * switching(P, T)
 
-where processes beyond the cores take turns on them (their GIL-held work
-runs P / C times slower) and switching(P, T) = 1 / (1 + SWITCH_COST *
+where slowdown is how much slower a process's GIL-held work runs for the
+other processes computing at the same moments: (1 + K) / C when K others
+compute, K binomial over the other P - 1, each computing its share of the
+time (a fixed point; 1 while P <= C), and switching(P, T) = 1 / (1 + SWITCH_COST *
 excess), excess being how many more threads are runnable than there are
 cores when every thread is busy (one GIL holder a process, plus the work
 that releases the GIL): the context switches and cache refills the
@@ -125,6 +127,29 @@ def threads_throughput(threads: int, demand_s: float, think_s: float) -> float:
     return throughput
 
 
+def core_slowdown(processes: int, cores: float, busy: float) -> float:
+    """How much slower a process computes for sharing `cores` with the others, each computing a `busy` share of
+    the time, independently: E[max(1, (1 + K) / cores)] with K ~ Binomial(processes - 1, busy)."""
+    others = processes - 1
+    return sum(
+        math.comb(others, k) * busy**k * (1 - busy) ** (others - k) * max(1.0, (1 + k) / cores)
+        for k in range(others + 1)
+    )
+
+
+def process_throughput(point: Point, cores: float, gil_s: float, hold_s: float) -> float:
+    """One process's requests a second (threads_throughput), its GIL-held work slowed by the other processes that
+    compute at the same moments on the same cores: a fixed point, found by iterating from no slowdown."""
+    slowdown = 1.0
+    for _ in range(50):
+        found = threads_throughput(point.threads, gil_s * slowdown, hold_s - gil_s)
+        busy = min(1.0, found * gil_s * slowdown)  # the share of the time this process has a thread computing
+        slowdown, before = core_slowdown(point.processes, cores, busy), slowdown
+        if abs(slowdown - before) < 1e-6:
+            break
+    return threads_throughput(point.threads, gil_s * slowdown, hold_s - gil_s)
+
+
 def capacity(split: Split, cores: float, point: Point) -> Capacity:
     """X(P, T): the model's throughput for `point` on `cores` cores' worth of CPU."""
     cpu_s, gil_s, hold_s = split.cpu_ms / 1000, split.gil_ms / 1000, split.hold_ms / 1000
@@ -134,9 +159,7 @@ def capacity(split: Split, cores: float, point: Point) -> Capacity:
         "threads": point.processes * point.threads / hold_s,
     }
     bound = min(limits, key=lambda name: limits[name])
-    # More processes than cores take turns on them: each one's GIL-held work runs that much slower.
-    shared = max(1.0, point.processes / cores)
-    per_process = threads_throughput(point.threads, gil_s * shared, hold_s - gil_s)
+    per_process = process_throughput(point, cores, gil_s, hold_s)
     # Runnable at once when every thread is busy: one GIL-holder a process at most, plus the work that releases
     # the GIL (threads waiting for a GIL sleep, and take no core).
     busy = point.threads / hold_s

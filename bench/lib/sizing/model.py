@@ -37,11 +37,12 @@ TIE of it.
 
 Latency, by Little's law: N users sending back to back keep N requests in
 the server, so each takes N / X once X is the limit (alone_ms before); an
-open arrival rate L uses rho = L / X of the bottleneck: below 1 a request
-waits rho / (1 - rho) half-services (Pollaczek-Khinchine for a steady
-service time) and the 95th percentile about three times the mean wait
-(an exponential tail); at or above 1 the queue grows by L - X a second for
-as long as the arrivals last.
+open arrival rate L uses rho = L / X of the bottleneck: a request waits
+rho / (1 - rho) half-services (Pollaczek-Khinchine for a steady service
+time; rho taken at most 0.95, as a run of seconds never settles nearer)
+and the 95th percentile about three times the mean wait (an exponential
+tail); past 1 the queue also grows by L - X a second for as long as the
+arrivals last.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ SWITCH_COST = 0.02
 TIE = 0.02
 MAX_THREADS = 64
 TAIL_FACTOR = math.log(20)  # p95 of an exponential wait over its mean
+SETTLES = 0.95  # the busiest share of capacity whose queue is taken as settled
 
 
 @dataclass(frozen=True)
@@ -192,13 +194,13 @@ def closed_latency_s(split: Split, throughput_rps: float, users: int) -> float:
 
 
 def open_p95_s(split: Split, throughput_rps: float, rate: float, seconds: float) -> float:
-    """The 95th percentile time at `rate` arrivals a second for `seconds`: a queue that settles, or one that grows."""
-    alone_s = split.alone_ms / 1000
-    rho = rate / throughput_rps
-    if rho < 1:
-        mean_wait = rho / (1 - rho) / throughput_rps / 2
-        return alone_s + TAIL_FACTOR * mean_wait
-    return alone_s + (rate - throughput_rps) * 0.95 * seconds / throughput_rps
+    """The 95th percentile time at `rate` arrivals a second for `seconds`: the queue that settles (at most the one
+    at SETTLES of the capacity: nearer to it, a run of seconds never reaches its steady state), plus, past the
+    capacity, what the queue grows by before the 95th percentile arrival."""
+    rho = min(SETTLES, rate / throughput_rps)
+    settled = TAIL_FACTOR * rho / (1 - rho) / throughput_rps / 2
+    grown = max(0.0, rate - throughput_rps) * 0.95 * seconds / throughput_rps
+    return split.alone_ms / 1000 + settled + grown
 
 
 def predict(split: Split, cores: float, memory: Memory, point: Point, *, users: int, rate: float,

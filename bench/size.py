@@ -5,11 +5,11 @@
     python -m bench.size --path '/threading/count?n=2000000' --quick    # a short sweep (a minute or so)
     python -m bench.size --wsgi myapp:app --path /orders --memory 2048  # at most 2 GB for the serving processes
 
-1. Measure the request alone and at low load, in one process with two
-   threads: its CPU (from outside: the serving process's CPU time), how long
-   it waits on purpose, how much of its CPU holds the GIL, the wait for the
-   other thread at two at once, memory per process (RSS, USS, PSS) and per
-   added thread.
+1. Measure the request alone, two and eight at once, in one process: its
+   CPU (from outside: the serving process's CPU time), how long it waits on
+   purpose, the wait for the other thread at two at once, how much of its
+   CPU holds the GIL (at most 1 / the throughput at eight at once), memory
+   per process (RSS, USS, PSS) and per added thread.
 2. Read the cores really usable (affinity and cgroup CPU quota, not
    os.cpu_count(); lab/machine.py).
 3. Predict the best processes x threads from the model in docs/sizing.md
@@ -160,7 +160,7 @@ def advise(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     out = args.out or new_results_dir("size-")
     out.mkdir(parents=True, exist_ok=True)
     with upstream_for(target) as upstream:
-        progress(f"measuring {target.name} alone and at two at once")
+        progress(f"measuring {target.name} alone, two and eight at once")
         measured = probe.measure(target, out, upstream, quick=args.quick)
         split, memory = measured["split"], measured["memory"]
         most = args.max_processes or 2 * cores.usable + 1

@@ -1,15 +1,18 @@
-"""Step 1 of the advisor: the request measured alone and at low load, in one process with two threads.
+"""Step 1 of the advisor: the request measured alone, two at once and eight at once, in one process.
 
 Alone (one user, one request at a time): how long it takes, its CPU from
 outside (the serving process's CPU over the requests, its idle background
 taken off: the HTTP path's CPU too, not the work's only), its run-queue
 time (schedstat), and, on a lab route, the envelopes' own split: cpu_ms,
 core_wait_ms, blocked_ms, gil_wait_ms and the time waited on purpose
-(io_wait_ms). At low load (two users, so the two threads overlap): how long
-a request waited for the other thread, which is the GIL (the lab's
-gil_wait_ms; for a WSGI app, the time a request took beyond its time alone
-that was not spent waiting for a core). Memory: RSS, USS and PSS of the
-process after each, and what the second thread added.
+(io_wait_ms). Two at once (two threads overlap): how long a request waited
+for the other thread, which is the GIL (the lab's gil_wait_ms; for a WSGI
+app, the time a request took beyond its time alone that was not spent
+waiting for a core). Eight at once: the process's throughput with its
+threads busy, whose inverse bounds the GIL-held time of a request (one GIL
+lets one request's GIL-held work run at a time). Memory: RSS, USS and PSS
+of the process after each, and what the threads the busy phase started
+added.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from bench.lib.sizing.model import Memory, Point, Split
 from bench.lib.sizing.targets import InputError, Server, Target, start
 from bench.lib.stats import percentile
 
-PROBE = Point(1, 2)
+BUSY_USERS = 8  # enough threads that a GIL-bound process's GIL is always wanted (1 + wait/cpu below ~4)
+PROBE = Point(1, BUSY_USERS)
 TIMING = ("queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "blocked_ms", "gil_wait_ms", "io_wait_ms", "total_ms")
 
 
@@ -60,6 +64,7 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     return {
         "users": users,
         "answers": len(tally.ok),
+        "rps": round(len(tally.ok) / tally.window_s, 2),
         "failed": tally.failed,
         "median_ms": round(statistics.median(times), 2),
         "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
@@ -71,9 +76,11 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     }
 
 
-def split_of(target: Target, alone: dict[str, Any], releases_gil: bool) -> Split:
-    """The model's split from the alone phase: the CPU from outside (at least the envelope's), the wait on
-    purpose (the envelope's io_wait_ms, else its blocked time alone, else what is neither CPU nor core wait)."""
+def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any]) -> Split:
+    """The model's split: from the alone phase the CPU from outside (at least the envelope's) and the wait on
+    purpose (the envelope's io_wait_ms, else its blocked time alone, else what is neither CPU nor core wait);
+    from the busy phase the GIL-held CPU, at most 1 / its throughput (one GIL: one request's GIL-held work at a
+    time, so a process whose threads all want it answers at most 1 / gil a second) and at most the CPU."""
     seen = alone["envelope"] or {}
     cpu = max(alone["cpu_ms"], seen.get("cpu_ms") or 0.0, 0.001)
     if target.kind == "lab":
@@ -81,14 +88,13 @@ def split_of(target: Target, alone: dict[str, Any], releases_gil: bool) -> Split
         wait = seen.get("blocked_ms") if wait is None else wait
     else:
         wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
-    # Work that releases the GIL (the lab measures which does) runs beside the other threads: only the rest holds it.
-    gil = cpu - (seen.get("cpu_ms") or 0.0) if releases_gil else cpu
+    gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
     return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(max(0.0, wait or 0.0), 3), alone["median_ms"])
 
 
-def memory_of(alone: dict[str, Any], low: dict[str, Any]) -> Memory:
-    """Shared pages, the process's own (USS) and each thread's (the USS the extra threads added, >= 0)."""
-    one, two = alone["memory"], low["memory"]
+def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:
+    """Shared pages, the process's own (USS) and each thread's (the USS the threads busy added, >= 0)."""
+    one, two = alone["memory"], busy["memory"]
     added = two["threads"] - one["threads"]
     per_thread = max(0.0, (two["uss_mb"] - one["uss_mb"]) / added) if added > 0 else 0.0
     return Memory(one["shared_mb"], one["uss_mb"], round(per_thread, 2))
@@ -114,7 +120,7 @@ def workload_traits(server: Server, workload: str) -> dict[str, Any]:
 
 
 def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict[str, Any]:
-    """The split, the memory and the evidence, from one server of one process and two threads (always stopped)."""
+    """The split, the memory and the evidence, from one server of one process (always stopped)."""
     server = start(target, PROBE, folder, upstream)
     try:
         status, _, sent, received = get(server.url, 120.0)  # the first request: a warm-up, and how long one takes
@@ -124,16 +130,17 @@ def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict
         background = outside.cpu_rate(server.serving, 0.5 if quick else 1.0)
         alone = phase(server, 1, seconds, background)
         low = phase(server, 2, seconds, background)
+        busy = phase(server, BUSY_USERS, seconds, background)
         traits = workload_traits(server, target.workload)
         stats = get(f"{server.running.url}/stats", 10.0)[1] if target.kind == "lab" else {}
     finally:
         server.stop()
-    split = split_of(target, alone, bool(traits.get("releases_gil")))
     return {
-        "split": split,
-        "memory": memory_of(alone, low),
+        "split": split_of(target, alone, busy),
+        "memory": memory_of(alone, busy),
         "alone": alone,
         "low_load": low,
+        "busy": busy,
         "gil_wait_ms_two_threads": low_load_gil_ms(target, alone, low),
         "traits": traits,
         "native_threads": (stats.get("server", {}) if isinstance(stats, dict) else {}).get("native_threads")

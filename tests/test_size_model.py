@@ -96,6 +96,12 @@ def test_latency_follows_little_s_law_closed_and_grows_past_capacity_open() -> N
     assert COUNT.alone_ms / 1000 < below < near < past < longer  # the queue grows with the arrivals' length
 
 
+def test_steady_requests_and_evenly_spaced_arrivals_queue_less() -> None:
+    steady = Split(cpu_ms=45.0, gil_ms=45.0, wait_ms=0.0, alone_ms=48.0, variation=0.01)
+    evenly, poisson = open_p95_s(COUNT, 20.0, 18.0, 10), open_p95_s(COUNT, 20.0, 18.0, 10, arrivals=1.0)
+    assert steady.alone_ms / 1000 < open_p95_s(steady, 20.0, 18.0, 10) < evenly < poisson
+
+
 def test_the_sweep_holds_the_prediction_its_neighbours_and_the_rules_of_thumb() -> None:
     points = sweep_points(Point(2, 4), 2, quick=False, fits=lambda p: True)
     by = {s.point: s.roles for s in points}

@@ -38,11 +38,12 @@ TIE of it.
 Latency, by Little's law: N users sending back to back keep N requests in
 the server, so each takes N / X once X is the limit (alone_ms before); an
 open arrival rate L uses rho = L / X of the bottleneck: a request waits
-rho / (1 - rho) half-services (Pollaczek-Khinchine for a steady service
-time; rho taken at most 0.95, as a run of seconds never settles nearer)
-and the 95th percentile about three times the mean wait (an exponential
-tail); past 1 the queue also grows by L - X a second for as long as the
-arrivals last.
+rho / (1 - rho) x (ca2 + cs2) / 2 services (Kingman's G/G/1 formula: ca2
+the arrivals' squared coefficient of variation, 0 for the advisor's evenly
+spaced ones, cs2 the request's own, measured alone; rho taken at most
+0.95, as a run of seconds never settles nearer) and the 95th percentile
+about three times the mean wait (an exponential tail); past 1 the queue
+also grows by L - X a second for as long as the arrivals last.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class Split:
     gil_ms: float
     wait_ms: float
     alone_ms: float
+    # How much one request's time varies alone: its squared coefficient of variation (variance / mean²);
+    # 1 for times as varied as an exponential's, 0 for a clockwork.
+    variation: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cpu_ms <= 0 or self.alone_ms <= 0:
@@ -193,12 +197,14 @@ def closed_latency_s(split: Split, throughput_rps: float, users: int) -> float:
     return max(split.alone_ms / 1000, users / throughput_rps)
 
 
-def open_p95_s(split: Split, throughput_rps: float, rate: float, seconds: float) -> float:
-    """The 95th percentile time at `rate` arrivals a second for `seconds`: the queue that settles (at most the one
-    at SETTLES of the capacity: nearer to it, a run of seconds never reaches its steady state), plus, past the
-    capacity, what the queue grows by before the 95th percentile arrival."""
+def open_p95_s(split: Split, throughput_rps: float, rate: float, seconds: float, *, arrivals: float = 0.0) -> float:
+    """The 95th percentile time at `rate` arrivals a second for `seconds`: the queue that settles (Kingman's
+    G/G/1 wait, rho / (1 - rho) x (arrivals' + service's variation) / 2 services, with rho at most SETTLES: nearer
+    to capacity a run of seconds never reaches its steady state), plus, past the capacity, what the queue grows
+    by before the 95th percentile arrival. `arrivals` is the arrivals' variation: 0 for evenly spaced ones (the
+    advisor's), 1 for Poisson's."""
     rho = min(SETTLES, rate / throughput_rps)
-    settled = TAIL_FACTOR * rho / (1 - rho) / throughput_rps / 2
+    settled = TAIL_FACTOR * rho / (1 - rho) * (arrivals + split.variation) / 2 / throughput_rps
     grown = max(0.0, rate - throughput_rps) * 0.95 * seconds / throughput_rps
     return split.alone_ms / 1000 + settled + grown
 

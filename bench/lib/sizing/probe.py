@@ -67,6 +67,7 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
         "rps": round(len(tally.ok) / tally.window_s, 2),
         "failed": tally.failed,
         "median_ms": round(statistics.median(times), 2),
+        "variation": round(statistics.pvariance(times) / statistics.fmean(times) ** 2, 4),
         "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
         "cpu_ms": round(1000 * max(0.0, used.cpu_s - background * used.at) / count, 3),
         "run_queue_ms": round(1000 * used.run_queue_s / count, 3),
@@ -89,7 +90,8 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any]) -> Spl
     else:
         wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
     gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
-    return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(max(0.0, wait or 0.0), 3), alone["median_ms"])
+    return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(max(0.0, wait or 0.0), 3), alone["median_ms"],
+                 alone["variation"])  # fmt: skip
 
 
 def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:

@@ -53,7 +53,8 @@ test: $(VENV)/.dev system-deps lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 ## test-python: on another Python (PYTHON=python3.13): its venv, then the mode, workload and interpreters tests
-PYTHON_TESTS := tests/test_interpreters.py tests/test_modes.py tests/test_workloads.py tests/test_catalog.py
+PYTHON_TESTS := tests/test_interpreters.py tests/test_modes.py tests/test_workloads.py tests/test_catalog.py \
+                tests/test_mix.py tests/test_page_workload.py
 test-python: $(VENV)/.test
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTHON_TESTS) $(ARGS)
 
@@ -86,9 +87,9 @@ compare: peers
 	@scripts/system-deps.sh siege
 	$(BIN)/python -m bench.compare $(ARGS)
 
-## system-deps: siege and chromium from apt, when missing
+## system-deps: siege, chromium, postgresql and ab (apache2-utils) from apt, when missing
 system-deps:
-	@scripts/system-deps.sh siege chromium
+	@scripts/system-deps.sh siege chromium postgresql ab
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -4,19 +4,21 @@
     python -m bench.crowd -c 5000 --rounds 3                # raises the open-files limit it needs, or says how
     python -m bench.crowd --server-args '--upstream-client simple'
     python -m bench.crowd -c 5000 --settled-floor           # the floor's collector set as the lab's
+    python -m bench.crowd --floor sleep                     # a floor that only sleeps: no upstream call
 
 Starts two servers on free loopback ports: the lab (`server.py`, one
 process unless --server-args forks it, its embedded upstream) and
-bench/bare_server.py, whose one handler only awaits asyncio.sleep. Each
-gets one unmeasured burst of the same size (the lab's upstream client
-opens its connections then), then the rounds alternate, bare then lab: c
-connections opened from one asyncio client, then every request sent at once
-(bench/lib/burst.py). Per side and round it
-prints the median and longest response, the failures (no answer, or any
-status that is not 2xx) and the server's CPU time per request (its process
-and its children: the lab's upstream included), then the range over the
-rounds and the lab's longest over the floor's, round by round. Writes
-crowd.json to bench/results/crowd-<stamp>/ unless --no-files.
+bench/bare_server.py, the floor, whose /async makes the same call to the
+same upstream with the lab's own client and nothing else (with --floor
+sleep it only awaits asyncio.sleep instead). Each gets one unmeasured
+burst of the same size (the upstream clients open their connections then),
+then the rounds alternate, bare then lab: c connections opened from one
+asyncio client, then every request sent at once (bench/lib/burst.py). Per
+side and round it prints the median and longest response, the failures (no
+answer, or any status that is not 2xx) and the serving process's CPU time
+per request (the upstream's, which both call, left out), then the range
+over the rounds and the lab's longest over the floor's, round by round.
+Writes crowd.json to bench/results/crowd-<stamp>/ unless --no-files.
 
 Each waiting request holds a socket in this client and one in the server
 (the lab: one more to its upstream, and the upstream one), so c = 5,000 or
@@ -34,15 +36,12 @@ import argparse
 import asyncio
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 if __package__ in (None, ""):  # run as `python bench/crowd.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,10 +51,10 @@ from bench.lib.burst import burst
 from bench.lib.command import new_parser, run_command
 from bench.lib.limits import ensure_open_files
 from bench.lib.results import machine_facts, new_results_dir
-from bench.lib.servers import SERVING, LocalServer, stop_server, tree, wait_ready
+from bench.lib.servers import LocalServer, floor_server, own_cpu
 from bench.lib.stats import median
 from bench.lib.tables import Column, text_table
-from lab import ROOT
+from lab import loopback
 from lab.config import parse_args
 
 SIDES = ("bare", "lab")
@@ -80,50 +79,37 @@ def tally(results: Sequence[tuple[float, float, int]]) -> dict[str, Any]:
     }
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process and its live descendants."""
-    total = 0.0
-    for process in tree(pid):
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
-@contextmanager
-def bare_server(folder: Path, flags: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
-    """bench/bare_server.py on a free port, in its own session; its (url, pid), stopped with its group."""
-    log_path = folder / "bare.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0", *flags], cwd=ROOT,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
-    try:
-        # It logs its address once it listens: connections made from then on wait in its backlog until served.
-        yield wait_ready(log_path, process.pid, 60, address=SERVING, ready=lambda url: True), process.pid
-    finally:
-        stop_server(process, 5.0)
-
-
 def measure(url: str, pid: int, target: str, concurrency: int, allowed: float) -> dict[str, Any]:
-    """One burst against one server: its tally and the server's CPU per request."""
-    before = tree_cpu(pid)
+    """One burst against one server: its tally and the serving process's CPU per request."""
+    before = own_cpu([pid])
     results = asyncio.run(burst(url, target, concurrency, allowed))
-    cpu = tree_cpu(pid) - before
+    cpu = own_cpu([pid]) - before
     return {**tally(results), "cpu_ms_per_request": round(1000 * cpu / concurrency, 3)}
+
+
+def upstream_of(url: str) -> str:
+    """The upstream the lab at `url` calls (its /stats facts: the embedded one, or its --upstream)."""
+    with loopback.urlopen(f"{url}/stats", timeout=10) as reply:
+        upstream = json.loads(reply.read())["server"].get("upstream")
+    if not upstream:
+        raise RuntimeError(f"{url}/stats names no upstream")
+    return str(upstream)
 
 
 def run(args: argparse.Namespace, folder: Path, report: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """Both servers, a warm-up burst each, then the rounds, alternating; every measured row."""
-    targets = {"bare": f"/sleep?seconds={args.delay:g}", "lab": f"/async?delay={args.delay:g}"}
+    wait = f"delay={args.delay:g}"
+    targets = {"bare": f"/sleep?seconds={args.delay:g}" if args.floor == "sleep" else f"/async?{wait}",
+               "lab": f"/async?{wait}"}  # fmt: skip
     allowed = args.delay + args.timeout
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        bare = stack.enter_context(bare_server(folder, ["--settled-collector"] if args.settled_floor else []))
         lab = stack.enter_context(LocalServer(shlex.split(args.server_args), folder / "lab.log"))
         assert lab.process is not None
+        flags = ["--settled-collector"] if args.settled_floor else []
+        if args.floor == "upstream":  # the same call to the same upstream: the lab's own
+            flags += ["--upstream", upstream_of(lab.url)]
+        bare = stack.enter_context(floor_server(folder, flags))
         servers = {"bare": bare, "lab": (lab.url, lab.process.pid)}
         for side in SIDES:
             asyncio.run(burst(servers[side][0], targets[side], args.concurrency, allowed))
@@ -168,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settled-floor", action="store_true",
                         help="the floor's garbage collector set as the lab's (lab/collector.py): "
                              "what is left is the lab's own work, not the collector's")  # fmt: skip
+    parser.add_argument("--floor", choices=("upstream", "sleep"), default="upstream",
+                        help="the floor's wait: the lab's upstream call (default) or asyncio.sleep")  # fmt: skip
     OUT.add(parser, help="folder for crowd.json (default: a new one)")
     NO_FILES.add(parser)
     return parser
@@ -195,7 +183,7 @@ def _crowd(args: argparse.Namespace) -> None:
         out = args.out or new_results_dir("crowd-")
         out.mkdir(parents=True, exist_ok=True)
         doc = {"concurrency": args.concurrency, "delay": args.delay, "server_args": args.server_args,
-               "settled_floor": args.settled_floor, "rows": rows,
+               "settled_floor": args.settled_floor, "floor": args.floor, "rows": rows,
                "summary": lines, "machine": machine_facts(None)}  # fmt: skip
         (out / "crowd.json").write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out / 'crowd.json'}")

@@ -1,68 +1,101 @@
-"""What each mode costs per request: the same tiny request, one at a time, in every mode, side by side.
+"""The lab's own tax: each mode's cost for a request that does no work, beside a bare Tornado floor doing the same hop.
 
-    python -m bench.overhead                       # a server of its own; count?n=1, 50 per mode
-    python -m bench.overhead --url http://127.0.0.1:8000 --modes processing,distributed -n 200
+    python -m bench.overhead                                  # a lab and a floor of its own; 3 rounds, c = 1 and 10
+    python -m bench.overhead --url http://127.0.0.1:8000      # a running lab (the floor sized from its /stats)
+    python -m bench.overhead --routes ping,threading --concurrency 10 --rounds 5 --parts hops
 
-A run of `count?n=1` takes microseconds, so what a client waits for is the
-mode itself: handing the job to a thread, pickling it to a worker process,
-or a Dask scheduler's hop to a worker and back. Requests go one at a time,
-round-robin over the modes (so a slow minute of a shared host hits every
-mode alike), after a few unmeasured ones per mode (pools warm, the embedded
-Dask cluster started). Per mode it reports the client's wait (p50, p90), the
-part of it spent inside the server besides the run (the envelope's total_ms
-minus run_ms: queueing and the hand-over both ways) and the run itself, and
-writes overhead.json and overhead.md under bench/results/overhead-<stamp>/.
+Three parts, each in alternating rounds (bench/lib/alternate.py: both sides
+back to back, their order flipped each round, the ratio taken per round):
+
+hops    For every route (/ping, /{mode}/count?n=1, /async?delay=0.01) and
+        concurrency, ab (bench/lib/ab.py, keep-alive) for --seconds against
+        the lab, then against the floor (bench/bare_server.py, started here:
+        the same hop and nothing else; its pools the lab's sizes, its /async
+        the same call to the lab's upstream, its /distributed a submit to the
+        lab's Dask scheduler). Microseconds per request (the batch's wall time
+        over its requests), the serving process's CPU per request, ab's own
+        CPU share (near 1 would make the client the limit), lab / floor.
+gil     /ping during ten GIL-bound /threading/count?n=--gil-load requests
+        (bench/lib/convoy.py), on each side with the same thread pool:
+        the probes' median and longest, lab / floor.
+accept  Two forked labs of its own (--processes 2), --accept dispatch and
+        --accept all: ab -i (HEAD /ping, a new connection each), requests per
+        second, dispatch / all. Not with --url.
+instruments  Each of the lab's instruments alone, in this process
+        (bench/lib/meters.py): microseconds per call of the clocks, a
+        schedstat read, the core and GIL meters, the board, the counters, the
+        occupancy, a request's life, the envelope.
+
+A route the lab cannot serve (interpreters before Python 3.12) is skipped
+with a line saying why. Writes overhead.json and overhead.md under
+bench/results/overhead-<stamp>/, with the machine, Python and commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `bench` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib.args import NO_FILES, OUT, PARAM, SERVER_ARGS, TIMEOUT, URL, WORKLOAD
+from bench.lib.ab import ab_batch, need_ab
+from bench.lib.alternate import alternate
+from bench.lib.args import NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, URL
 from bench.lib.command import check_ranges, new_parser, run_command
-from bench.lib.engine import get, mode_url, with_tag
-from bench.lib.results import new_results_dir
-from bench.lib.servers import lab_server
-from bench.lib.stats import percentile
-from bench.lib.tables import Column, markdown_table, text_table
-from lab.modes.registry import MODES
+from bench.lib.convoy import convoy
+from bench.lib.meters import instrument_costs
+from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu
+from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
-WORKLOAD_MODES = [name for name, mode in MODES.items() if mode.runs_workloads]
-WARMUP_REQUESTS = 5
+PARTS = ("hops", "gil", "accept", "instruments")
+SIDES = ("floor", "lab")
+POLICIES = ("all", "dispatch")
 
-COLUMNS = (
-    Column("mode", "mode", "{}"),
-    Column("requests", "requests", "{:d}"),
-    Column("client_p50_ms", "client p50 ms", "{:.2f}"),
-    Column("client_p90_ms", "client p90 ms", "{:.2f}"),
-    Column("server_p50_ms", "in server p50 ms", "{:.2f}"),
-    Column("run_p50_ms", "run p50 ms", "{:.3f}"),
-    Column("failed", "failed", "{:d}"),
-)
+
+def _names(text: str, allowed: Sequence[str], flag: str, parser: argparse.ArgumentParser) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or any(name not in allowed for name in names):
+        parser.error(f"{flag} takes a comma-separated list of {', '.join(allowed)} (got {text!r})")
+    return names
+
+
+def _integers(text: str, flag: str, parser: argparse.ArgumentParser) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(1 <= value <= 1000 for value in values):
+        parser.error(f"{flag} takes a comma-separated list of integers from 1 to 1000 (got {text!r})")
+    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("bench.overhead", __doc__)
     URL.add(parser)
-    parser.add_argument(
-        "--modes",
-        default=",".join(WORKLOAD_MODES),
-        help=f"comma-separated modes to measure (default: {','.join(WORKLOAD_MODES)})",
-    )
-    parser.add_argument("-n", "--requests", type=int, default=50, help="measured requests per mode (default: 50)")
-    WORKLOAD.add(parser, help="workload name (default: count)")
-    PARAM.add(parser, help="workload param, repeatable (default: n=1, a run of microseconds)")
-    OUT.add(parser, help="folder for the results (default: a new one)")
+    SERVER_ARGS.add(parser, help="flags for the lab servers started here (all of them)")
+    parser.add_argument("--routes", default=",".join(ROUTES), help=f"what to measure (default: {','.join(ROUTES)})")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts (default: {','.join(PARTS)})")
+    parser.add_argument("-c", "--concurrency", default="1,10", help="connections at once, a list (default: 1,10)")
+    ROUNDS.add(parser, default=3, help="alternating rounds (default: 3)")
+    parser.add_argument("--seconds", type=int, default=2, metavar="S", help="each ab batch, whole seconds (default: 2)")
+    parser.add_argument("-n", "--count", type=int, default=1, metavar="N", help="count's n in the modes (default: 1)")
+    parser.add_argument("--delay", type=float, default=0.01, metavar="S", help="/async's delay (default: 0.01)")
+    parser.add_argument("--gil-load", type=int, default=15_000_000, metavar="N",
+                        help="count's n in the gil part's ten /threading requests (default: 15000000)")  # fmt: skip
+    parser.add_argument("--gil-requests", type=int, default=10, metavar="K", help="how many (default: 10)")
+    parser.add_argument("--ping-every", type=float, default=0.05, metavar="S",
+                        help="the gil part's probe rests this long between pings (default: 0.05)")  # fmt: skip
+    OUT.add(parser, help="folder for overhead.json and overhead.md (default: a new one)")
     NO_FILES.add(parser)
-    SERVER_ARGS.add(parser, help="flags for the server started when --url is not given")
     TIMEOUT.add(parser, help="per request (default: 60)")
     return parser
 
@@ -70,78 +103,118 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in args.modes if m not in WORKLOAD_MODES]
-    if unknown or not args.modes:
-        parser.error(f"--modes takes modes that run workloads: {', '.join(WORKLOAD_MODES)} (got {args.modes})")
-    check_ranges(parser, ("-n", args.requests, 1, 10_000))
-    if not args.param and args.workload == "count":
-        args.param = [("n", "1")]
+    args.routes = _names(args.routes, ROUTES, "--routes", parser)
+    args.parts = _names(args.parts, PARTS, "--parts", parser)
+    args.concurrency = _integers(args.concurrency, "--concurrency", parser)
+    check_ranges(parser, ("--rounds", args.rounds, 1, 50), ("--gil-requests", args.gil_requests, 1, 100),
+                 ("--count", args.count, 1, 200_000_000), ("--gil-load", args.gil_load, 1, 200_000_000))  # fmt: skip
+    check_ranges(parser, ("--seconds", args.seconds, 1, 600))
+    if not 0 <= args.delay <= 30 or not 0 <= args.ping_every <= 10:
+        parser.error("--delay goes from 0 to 30, --ping-every from 0 to 10")
     return args
-
-
-def measure(
-    base: str, modes: Sequence[str], *, workload: str, params: dict[str, str], requests: int, timeout: float
-) -> dict[str, list[dict[str, Any]]]:
-    """Every mode's samples: per request the client's seconds, the envelope's timing, the status."""
-    urls = {mode: mode_url(base, mode, workload, params) for mode in modes}
-    for url in urls.values():
-        for i in range(WARMUP_REQUESTS):
-            status, body, _, _ = get(with_tag(url, f"warm{i}"), timeout)
-            if status != 200:
-                raise RuntimeError(f"{url} answered {status}: {json.dumps(body)[:300]}")
-    samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-    for i in range(requests):
-        for mode, url in urls.items():
-            status, body, sent, received = get(with_tag(url, str(i)), timeout)
-            timing = body.get("timing", {}) if isinstance(body, dict) else {}
-            samples[mode].append({"status": status, "client_ms": (received - sent) * 1000, **timing})
-    return samples
-
-
-def summarise(mode: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [s for s in samples if s["status"] == 200]
-    client = [s["client_ms"] for s in ok]
-    in_server = [s["total_ms"] - s["run_ms"] for s in ok]
-    runs = [s["run_ms"] for s in ok]
-    return {
-        "mode": mode,
-        "requests": len(samples),
-        "failed": len(samples) - len(ok),
-        "client_p50_ms": percentile(client, 0.5),
-        "client_p90_ms": percentile(client, 0.9),
-        # One estimator for every p50 (nearest rank): each request's time in the server is at most its
-        # client time, so the same order statistic keeps that order; an interpolated median beside a
-        # nearest-rank one can put the server's p50 above the client's.
-        "server_p50_ms": percentile(in_server, 0.5),
-        "run_p50_ms": percentile(runs, 0.5),
-    }
-
-
-def run(args: argparse.Namespace, base: str) -> list[dict[str, Any]]:
-    samples = measure(
-        base, args.modes, workload=args.workload, params=dict(args.param), requests=args.requests, timeout=args.timeout
-    )
-    rows = [summarise(mode, samples[mode]) for mode in args.modes]
-    print(text_table(rows, COLUMNS))
-    if not args.no_files:
-        out = args.out or new_results_dir("overhead-")
-        out.mkdir(parents=True, exist_ok=True)
-        doc = {"url": base, "workload": args.workload, "params": dict(args.param), "rows": rows, "samples": samples}
-        (out / "overhead.json").write_text(json.dumps(doc, indent=1) + "\n")
-        (out / "overhead.md").write_text(markdown_table(rows, COLUMNS) + "\n")
-        print(f"wrote {out / 'overhead.json'}\nwrote {out / 'overhead.md'}")
-    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_command(lambda: _on_a_server(args))
+    if {"hops", "accept"} & set(args.parts):
+        need_ab("bench.overhead")
+    command = "python -m bench.overhead " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return run_command(lambda: measure(args, command.strip()))
 
 
-def _on_a_server(args: argparse.Namespace) -> None:
-    with lab_server(args.url, args.server_args, "overhead-server-") as base:
-        run(args, base)
+def progress(row: dict[str, Any]) -> None:
+    what = row.get("route") or ("accept" if "policy" in row else "gil")
+    shown = {key: row[key] for key in ("us_per_request", "per_second", "ping_median_ms", "ping_max_ms") if key in row}
+    print(f"round {row['round']} {row['side']:<8} {what} c={row.get('concurrency', '-')} {shown}", file=sys.stderr)
+
+
+def measure(args: argparse.Namespace, command: str) -> None:
+    """The lab (its own or --url's) and the floor beside it, then the forked labs; the tables and files."""
+    doc: dict[str, Any] = {"command": command, "url": args.url, "parts": args.parts, "rounds": args.rounds}
+    if {"hops", "gil"} & set(args.parts):
+        beside_the_floor(args, doc)
+    if "accept" in args.parts and args.url:
+        doc.setdefault("skipped", []).append("accept: it starts forked labs of its own, not with --url")
+    elif "accept" in args.parts:  # once the lab and the floor have stopped: the forked labs get the machine
+        doc["accept"] = accept(args)
+    if "instruments" in args.parts:
+        doc["instruments"] = instrument_costs()
+    doc["machine"] = machine_facts(None)
+    doc["summaries"] = summaries(doc)
+    print("\n".join(report_lines(doc)))
+    if not args.no_files:
+        out = args.out or new_results_dir("overhead-")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "overhead.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (out / "overhead.md").write_text("\n".join(report_lines(doc, markdown=True)) + "\n")
+        print(f"wrote {out / 'overhead.json'}\nwrote {out / 'overhead.md'}")
+
+
+def beside_the_floor(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """The hops and gil parts: the lab and a floor sized after it, both stopped however the run ends."""
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp, ExitStack() as stack:
+        base = stack.enter_context(lab_server(args.url, args.server_args, "overhead-lab-"))
+        targets, skipped, flags, pids = lab_targets(base, args)
+        doc |= {"skipped": skipped, "floor_flags": flags}
+        for line in skipped:
+            print(f"skipped: {line}", file=sys.stderr)
+        floor, floor_pid = stack.enter_context(floor_server(Path(tmp), flags))
+        servers = {"lab": (base, pids), "floor": (floor, [floor_pid])}
+        if "hops" in args.parts:
+            doc["warmups"] = []
+            doc["hops"] = hops(args, targets, servers, doc["warmups"])
+        if "gil" in args.parts:
+            path = f"/threading/count?n={args.gil_load}"
+            doc["gil"] = alternate([path], SIDES, args.rounds, lambda p, side: gil_round(args, servers[side][0], p),
+                                   progress)  # fmt: skip
+
+
+def hops(
+    args: argparse.Namespace,
+    targets: Sequence[Target],
+    servers: dict[str, tuple[str, list[int]]],
+    warmups: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Every target at every concurrency on both sides, alternating, after an unmeasured batch each (`warmups`)."""
+    items = [(target, c) for target in targets for c in args.concurrency]
+    for target in targets:  # unmeasured: pools, connections and caches warm on both sides
+        for side, (base, _) in servers.items():
+            warm = ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+            warmups.append({"side": side, "route": target.route, "requests": warm.requests})
+
+    def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
+        (target, c), (base, pids) = item, servers[side]
+        before = own_cpu(pids)
+        batch = ab_batch(base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
+        cpu = own_cpu(pids) - before
+        server_us = round(1e6 * cpu / batch.requests, 1) if batch.requests else None
+        return {"route": target.route, "path": target.path, "concurrency": c, **batch.row(), "server_cpu_us": server_us}
+
+    return alternate(items, SIDES, args.rounds, one, progress)
+
+
+def gil_round(args: argparse.Namespace, base: str, path: str) -> dict[str, Any]:
+    """One convoy on one side: /ping's latencies while --gil-requests GIL-bound requests run."""
+    return convoy(base, path, requests=args.gil_requests, every=args.ping_every, timeout=args.timeout).row()
+
+
+def accept(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Forked labs with --accept all and dispatch: HEAD /ping, a new connection each, alternating."""
+    bases = {}
+    with tempfile.TemporaryDirectory(prefix="overhead-accept-") as tmp, ExitStack() as stack:
+        for policy in POLICIES:
+            flags = [*shlex.split(args.server_args), "--processes", "2", "--accept", policy]
+            bases[policy] = stack.enter_context(LocalServer(flags, Path(tmp) / f"{policy}.log")).url
+        for base in bases.values():
+            ab_batch(f"{base}/ping", concurrency=max(args.concurrency), seconds=1, keep_alive=False, head=True,
+                     timeout=args.timeout)  # fmt: skip
+
+        def one(c: int, policy: str) -> dict[str, Any]:
+            batch = ab_batch(f"{bases[policy]}/ping", concurrency=c, seconds=args.seconds, keep_alive=False,
+                             head=True, timeout=args.timeout)  # fmt: skip
+            return {"policy": policy, "concurrency": c, **batch.row()}
+
+        return alternate(args.concurrency, POLICIES, args.rounds, one, progress)
 
 
 if __name__ == "__main__":

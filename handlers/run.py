@@ -7,6 +7,10 @@ from handlers.base import LabHandler, not_found
 from lab.errors import LabError
 from lab.modes.registry import MODES
 from lab.runs import Refused, check, envelope, own, resolve
+from workloads.page.errors import Unavailable
+
+# How long a client should wait before asking again for a page whose database is unavailable.
+DATABASE_RETRY_AFTER_S = 2
 
 
 class RunHandler(LabHandler):
@@ -34,7 +38,10 @@ class RunHandler(LabHandler):
         # written before the loop takes the next request; inside a task, runs
         # queued meanwhile would cut in and the staircase would arrive as one
         # step. It cannot be cancelled anyway.
-        record = await (work if runner.inline else self.until_disconnect(work))
+        try:
+            record = await (work if runner.inline else self.until_disconnect(work))
+        except Unavailable as gone:  # the database refused or went away: try again later, as for a full pool
+            raise LabError(503, str(gone), retry_after=DATABASE_RETRY_AFTER_S) from None
         self.life.ran(record["cpu"])
         services = self.services
         self.write(envelope(run, record, received=self.life.received, pid=services.pid, task_id=services.task_id))

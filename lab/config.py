@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from lab import ROOT
+from lab.database import database_url
 from lab.machine import cpu_count
 from lab.modes.registry import MODES, mode_settings
 from lab.settings import Setting, Values, choices_help, count, seconds
@@ -114,6 +115,16 @@ class Config:
             _url,
             metavar="URL",
             help="base URL /async calls (GET URL/delay?seconds=X); default: start the embedded upstream",
+        )
+    )
+    # Where `page` queries; None until lab/serve/main.py creates the embedded SQLite and fills it in.
+    database: str | None = declare(
+        Setting[str | None](
+            "--database",
+            database_url,
+            metavar="URL",
+            help="PostgreSQL the page workload queries (postgresql://USER@HOST:PORT/DB, psycopg 3; the server "
+            "creates and fills its table at start-up); default: a SQLite file the server creates, seeds and removes",
         )
     )
     accept: str = declare(

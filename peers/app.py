@@ -12,6 +12,8 @@ GET /workloads                    the lab's list
 GET /wsgi[/{workload}]?params     run a workload here ("mode": "wsgi")
 GET /wsgi/upstream?delay=S        wait for the lab's upstream (URL in LAB_UPSTREAM), with a
                                   blocking HTTP call: under gevent (uWSGI --gevent) it yields
+GET /wsgi/page?rows=&db_ms=       the page workload, on the database in LAB_DATABASE (sqlite:///PATH
+                                  or postgresql://...; each worker opens its own connections)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from urllib.parse import parse_qs
 from lab import loopback
 from lab.modes.upstream import ASYNC_PARAMS
 from lab.runs import Own, Refused, envelope, resolve
+from workloads.page import database
+from workloads.page.errors import Unavailable
 from workloads.params import FloatParam
 from workloads.registry import DEFAULT_WORKLOAD, described, run_timed, warm_up
 from workloads.timing import waited
@@ -39,7 +43,10 @@ UPSTREAM = Own("upstream", UPSTREAM_PARAMS, "upstream")
 UPSTREAM_TIMEOUT_S = 15.0
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 502: "Bad Gateway"}
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 502: "Bad Gateway",
+           503: "Service Unavailable"}  # fmt: skip
+# What a page whose database is unavailable answers, as the lab does: 503, retry after this many seconds.
+RETRY_AFTER_S = 2
 
 
 def worker_id() -> int | None:
@@ -48,9 +55,9 @@ def worker_id() -> int | None:
     return int(uwsgi.worker_id()) if uwsgi is not None else None
 
 
-def _json(start_response: StartResponse, status: int, body: Any) -> list[bytes]:
+def _json(start_response: StartResponse, status: int, body: Any, extra: Iterable[tuple[str, str]] = ()) -> list[bytes]:
     data = json.dumps(body).encode()
-    headers = [("Content-Type", "application/json; charset=UTF-8"), ("Content-Length", str(len(data)))]
+    headers = [("Content-Type", "application/json; charset=UTF-8"), ("Content-Length", str(len(data))), *extra]
     start_response(f"{status} {REASONS.get(status, 'Error')}", headers)
     return [data]
 
@@ -106,8 +113,13 @@ def application(environ: dict[str, Any], start_response: StartResponse) -> Itera
         return _json(start_response, 200, run(received, name, _query(environ)))
     except Refused as error:
         return _error(start_response, error.status, error.message)
+    except Unavailable as gone:
+        body = {"error": {"status": 503, "message": str(gone)}}
+        return _json(start_response, 503, body, [("Retry-After", str(RETRY_AFTER_S))])
 
 
 # Like the lab's pool workers: imports and the predict model paid before anything is timed
 # (uWSGI and gunicorn import this module in each worker, or once before forking them).
 warm_up()
+if os.environ.get("LAB_DATABASE"):  # (a process that set one already keeps it: the tests, for one)
+    database.use(os.environ["LAB_DATABASE"])

@@ -2,7 +2,7 @@
 # Install the system packages the lab needs, only when missing.
 #   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
 #   scripts/system-deps.sh build PYTHON  a C compiler and PYTHON's headers, to build uWSGI from its source
-#   scripts/system-deps.sh siege chromium
+#   scripts/system-deps.sh siege chromium postgresql ab
 set -euo pipefail
 
 apt_install() {
@@ -49,6 +49,9 @@ build)
         case "$tool" in
             # --no-install-recommends leaves out fonts: screenshots need one.
             chromium) missing+=(chromium fonts-dejavu-core) ;;
+            # Its programs live in /usr/lib/postgresql/N/bin; the tests start clusters of their own there.
+            postgresql) compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || missing+=(postgresql) ;;
+            ab) missing+=(apache2-utils) ;;  # ApacheBench: bench.overhead's load generator
             *) missing+=("$tool") ;;
         esac
     done

@@ -8,14 +8,28 @@ from pathlib import Path
 
 import pytest
 
+from lab.database import EmbeddedDatabase
 from lab.native import cap_native_threads
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import LabServer
+from workloads.page import database
 
 # Workloads imported in-process by unit tests get the same BLAS cap as the server.
 cap_native_threads()
 
 StartServer = Callable[..., LabServer]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def page_database() -> Iterator[str]:
+    """An embedded SQLite for `page` run in this process (known answers, the GIL probe), as a server makes one."""
+    embedded = EmbeddedDatabase.start()
+    database.use(embedded.url)
+    try:
+        yield embedded.url
+    finally:
+        database.close()
+        embedded.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""bench/overhead.py against a real server: every mode measured in turn, a table and its files."""
+"""bench/overhead.py: the lab and its floor in alternating rounds, ratios per round, --url, every server stopped."""
 
 from __future__ import annotations
 
@@ -6,57 +6,166 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench.overhead import summarise
+from bench.lib import ab
+from bench.lib.alternate import alternate, ratios
+from bench.lib.tax import gil_summary, hop_summary
 from lab import ROOT
+from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.lab_server import get
 
 OVERHEAD = [sys.executable, "-m", "bench.overhead"]
 
 
-def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*OVERHEAD, *argv], cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+def run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*OVERHEAD, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.mark.timeout(300)  # a whole bench run on a lab server that starts a Dask cluster
-def test_each_mode_gets_the_same_requests_in_turn(start_server: StartServer, tmp_path: Path) -> None:
-    lab = start_server("--process-pool", "1", "--dask-workers", "1")
-    modes = ["blocking", "processing", "distributed"]
-    done = run(["--url", lab.url, "--modes", ",".join(modes), "-n", "4", "--out", str(tmp_path)])
+# ---------- the rounds and their ratios ----------
+
+
+def test_the_sides_alternate_and_swap_places_each_round() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def measure(item: str, side: str) -> dict[str, str]:
+        seen.append((item, side))
+        return {"item": item}
+
+    rows = alternate(["a", "b"], ("floor", "lab"), 3, measure)
+    order = [(r["round"], r["item"], r["side"]) for r in rows]
+    assert order == [
+        (1, "a", "floor"), (1, "a", "lab"), (1, "b", "floor"), (1, "b", "lab"),
+        (2, "a", "lab"), (2, "a", "floor"), (2, "b", "lab"), (2, "b", "floor"),
+        (3, "a", "floor"), (3, "a", "lab"), (3, "b", "floor"), (3, "b", "lab"),
+    ]  # fmt: skip
+    assert seen == [(item, side) for _, item, side in order]
+    assert [r["began"] for r in rows] == sorted(r["began"] for r in rows)
+
+
+def test_each_rounds_ratio_comes_from_that_rounds_own_pair() -> None:
+    # The floor doubles its time in round 2 (a slow minute) and so does the lab: per round the ratio is 1.5 each
+    # time, though the lab's round 2 is 3x the floor's round 1.
+    rows = [
+        {"round": 1, "side": "floor", "x": 100.0}, {"round": 1, "side": "lab", "x": 150.0},
+        {"round": 2, "side": "lab", "x": 300.0}, {"round": 2, "side": "floor", "x": 200.0},
+        {"round": 3, "side": "floor", "x": 100.0}, {"round": 3, "side": "lab", "x": 120.0},
+    ]  # fmt: skip
+    assert ratios(rows, "x", ("lab", "floor"), lambda r: "g") == {"g": {"rounds": [1.5, 1.5, 1.2], "median": 1.5}}
+
+
+def test_a_round_missing_a_side_has_no_ratio() -> None:
+    rows = [{"round": 1, "side": "floor", "x": 100.0}, {"round": 1, "side": "lab", "x": 110.0},
+            {"round": 2, "side": "lab", "x": 130.0}]  # fmt: skip
+    assert ratios(rows, "x", ("lab", "floor"), lambda r: 0)[0] == {"rounds": [1.1], "median": 1.1}
+
+
+def test_the_gil_summary_gives_each_round_its_medians_and_longest_side_by_side() -> None:
+    def row(number: int, side: str, median: float, longest: float) -> dict[str, Any]:
+        return {"round": number, "side": side, "ping_median_ms": median, "ping_max_ms": longest, "pings": 5,
+                "failed": 0}  # fmt: skip
+
+    summary = gil_summary([row(1, "floor", 100, 400), row(1, "lab", 120, 400), row(2, "lab", 90, 600),
+                           row(2, "floor", 100, 300)])  # fmt: skip
+    assert [(s["round"], s["median_ratio"], s["max_ratio"]) for s in summary] == [
+        ("1", 1.2, 1.0), ("2", 0.9, 2.0), ("median", 1.05, 1.5)
+    ]  # fmt: skip
+
+
+# ---------- ab ----------
+
+REPORT = """Concurrency Level:      10
+Time taken for tests:   2.004 seconds
+Complete requests:      5000
+Failed requests:        4000
+   (Connect: 0, Receive: 1, Length: 3996, Exceptions: 3)
+Non-2xx responses:      2
+Keep-Alive requests:    5000
+"""
+
+
+def test_answers_of_another_length_are_not_failures_but_broken_ones_and_non_2xx_are() -> None:
+    batch = ab.parse(REPORT, 0.5, {50: 1.5, 99: 4.0})
+    assert (batch.requests, batch.failed, batch.seconds) == (5000, 1 + 3 + 2, 2.004)
+    assert batch.us_per_request == pytest.approx(400.8) and batch.client_cpu_share == pytest.approx(0.5 / 2.004)
+    assert (batch.p50_ms, batch.p99_ms) == (1.5, 4.0)
+
+
+def test_ab_takes_whole_seconds_only() -> None:
+    with pytest.raises(ValueError, match="whole number of seconds"):
+        ab.ab_batch("http://127.0.0.1:1/ping", concurrency=1, seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--routes", "ping,bogus"], "--routes takes"),
+        (["--parts", "hops,x"], "--parts takes"),
+        (["--concurrency", "0"], "--concurrency takes"),
+        (["--seconds", "0"], "--seconds must be between"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(argv: list[str], says: str) -> None:
+    done = run(["--no-files", *argv], timeout=60)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_ab_it_says_how_to_install_it(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}  # no ab there (nor anything else)
+    done = subprocess.run([*OVERHEAD, "--no-files"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 2 and "apache2-utils" in done.stderr and done.stderr.count("\n") == 1
+
+
+# ---------- against servers ----------
+
+
+@pytest.mark.timeout(400)  # a lab of its own with a Dask-free start, a floor, the convoys
+def test_against_a_running_lab_each_round_measures_both_sides_and_the_lab_gets_every_request(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    lab = start_server("--process-pool", "1", "--thread-pool", "3")
+    argv = ["--url", lab.url, "--routes", "ping,threading", "--concurrency", "1,2", "--rounds", "2", "--seconds", "1",
+            "--parts", "hops,gil", "--gil-load", "200000", "--gil-requests", "3", "--out", str(tmp_path)]  # fmt: skip
+    done = run(argv, timeout=380)
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].split()[:2] == ["mode", "requests"]
-    assert [line.split()[0] for line in lines[2:5]] == modes
     doc = json.loads((tmp_path / "overhead.json").read_text())
-    assert doc["params"] == {"n": "1"} and [row["mode"] for row in doc["rows"]] == modes
-    for row in doc["rows"]:
-        assert (row["requests"], row["failed"]) == (4, 0)
-        assert 0 <= row["server_p50_ms"] <= row["client_p50_ms"] <= row["client_p90_ms"]
-    # Round-robin: the server had the n-th request of every mode before any mode's (n+1)-th.
-    arrived = {mode: [sample["received"] for sample in doc["samples"][mode]] for mode in modes}
-    assert all(arrived["distributed"][i] < arrived["blocking"][i + 1] for i in range(3))
-    requests = get(f"{lab.url}/stats").json()["totals"]["requests"]
-    assert all(requests[mode]["count"] == 4 + 5 for mode in modes)  # 5 unmeasured warm-ups each
-    assert "| mode | requests |" in (tmp_path / "overhead.md").read_text()
+    assert doc["floor_flags"] == ["--settled-collector", "--thread-pool", "3"]  # sized as the lab
+    hops = doc["hops"]
+    assert [(r["round"], r["route"], r["concurrency"], r["side"]) for r in hops[:4]] == [
+        (1, "ping", 1, "floor"), (1, "ping", 1, "lab"), (1, "ping", 2, "floor"), (1, "ping", 2, "lab")
+    ]  # fmt: skip
+    assert [r["side"] for r in hops if r["round"] == 2][:2] == ["lab", "floor"]
+    assert all(r["requests"] > 0 and r["failed"] == 0 for r in hops)
+    for row in hop_summary(hops):
+        pairs = {(r["round"], r["side"]): r["us_per_request"] for r in hops
+                 if (r["route"], r["concurrency"]) == (row["route"], row["concurrency"])}  # fmt: skip
+        assert row["ratios"] == [round(pairs[n, "lab"] / pairs[n, "floor"], 3) for n in (1, 2)]
+    # Every request ab counted against the lab reached it (ab may stop with a few answered it did not count).
+    sent = sum(r["requests"] for r in hops if r["side"] == "lab" and r["route"] == "threading")
+    sent += sum(w["requests"] for w in doc["warmups"] if w["side"] == "lab" and w["route"] == "threading")
+    sent += 2 * 3  # the convoys
+    counted = get(f"{lab.url}/stats").json()["totals"]["requests"]["threading"]["count"]
+    assert sent <= counted <= sent + 2 * (len(hops) + len(doc["warmups"]))
+    assert [(r["round"], r["side"]) for r in doc["gil"]] == [(1, "floor"), (1, "lab"), (2, "lab"), (2, "floor")]
+    assert all(r["pings"] >= 1 and r["failed"] == 0 for r in doc["gil"])
+    text = (tmp_path / "overhead.md").read_text()
+    assert "| route | c | floor µs | lab µs | by round | lab/floor |" in text and "commit" in text
 
 
-def test_modes_that_run_no_workload_are_refused() -> None:
-    done = run(["--modes", "async", "--no-files"])
-    assert done.returncode == 2 and "--modes takes modes that run workloads" in done.stderr
-
-
-def test_the_p50s_keep_each_requests_order() -> None:
-    # Per request, time in the server <= the client's wait; every p50 must keep that order. An
-    # interpolated median beside a nearest-rank one did not: the CI run that found it had 14.3 > 14.0.
-    client = [10.0, 14.0, 30.0, 40.0]
-    in_server = [9.9, 13.9, 14.8, 39.0]
-    samples = [
-        {"status": 200, "client_ms": c, "total_ms": s + 0.01, "run_ms": 0.01}
-        for c, s in zip(client, in_server, strict=True)
-    ]
-    row = summarise("distributed", samples)
-    assert row["server_p50_ms"] <= row["client_p50_ms"] <= row["client_p90_ms"]
-    assert row["run_p50_ms"] == 0.01 and row["failed"] == 0
+@pytest.mark.timeout(400)  # three labs of its own (one, then two forked) and a floor
+def test_on_its_own_it_starts_the_lab_the_floor_and_the_forked_labs_and_stops_them_all(tmp_path: Path) -> None:
+    argv = [*OVERHEAD, "--server-args", "--process-pool 1", "--routes", "ping", "--concurrency", "2", "--rounds", "2",
+            "--seconds", "1", "--parts", "hops,accept", "--out", str(tmp_path)]  # fmt: skip
+    with Tracked(argv) as tracked:
+        stdout, stderr = tracked.communicate(timeout=380)
+        assert tracked.process.returncode == 0, stderr
+        assert tracked.survivors() == []
+    doc = json.loads((tmp_path / "overhead.json").read_text())
+    assert [(r["round"], r["side"]) for r in doc["accept"]] == [(1, "all"), (1, "dispatch"), (2, "dispatch"),
+                                                                 (2, "all")]  # fmt: skip
+    assert all(r["requests"] > 0 and r["failed"] == 0 for r in doc["accept"])
+    assert "dispatch/all" in stdout and doc["summaries"]["accept"][0]["ratios"]

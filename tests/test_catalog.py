@@ -33,7 +33,7 @@ def test_ping_is_tiny(server: LabServer) -> None:
 def test_workloads_lists_params_limits_and_gil(server: LabServer) -> None:
     listed = get(f"{server.url}/workloads").json()
     assert isinstance(listed, list)
-    assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep", "mix"]
+    assert [w["name"] for w in listed] == ["count", "fib", "matmul", "train", "predict", "sleep", "mix", "page"]
     for entry in listed:
         assert set(entry) == {"name", "description", "params", "releases_gil", "waits", "needs", "awaitable",
                               "gil_enabled", "modes"}  # fmt: skip

@@ -49,6 +49,9 @@ SIZES: dict[str, dict[str, Any]] = {
     "sleep": {"seconds": 0.15},
     # Its computing, which is what holds the GIL (its waiting lets go: tests/test_mix.py measures that too).
     "mix": {"compute_ms": 150.0, "wait_ms": 0.0},
+    # Its query lets go of the GIL (SQLite's count, and each row fetched); the render between holds it for
+    # 200 rows' worth, a few ms: far below what a holder keeps it (tests/test_page_workload.py probes the query).
+    "page": {"rows": 200, "db_ms": 100.0},
 }
 SWITCH_INTERVAL = 0.25
 # How long the probe lets go of the GIL: time for the worker to get a core and take it.

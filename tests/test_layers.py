@@ -99,7 +99,7 @@ def _wrong(named: dict[str, set[str]], forbidden: tuple[str, ...], may_start: fr
 # ---------- layers: what each part of the house may name ----------
 
 GROUND = ("lab.errors", "lab.settings", "lab.machine", "lab.native", "lab.logs", "lab.loopback", "lab.collector",
-          "lab.procs")  # fmt: skip
+          "lab.procs", "lab.database")  # fmt: skip
 LAB_ROOMS = ("lab.serve", "lab.web", "lab.modes", "lab.instruments", "lab.config", "lab.runs")
 # The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters.
 MODES_MAY_NOT_NAME = ("lab.serve", "lab.config", "lab.instruments", "lab.runs")
@@ -111,7 +111,24 @@ MODES_MAY_NOT_NAME = ("lab.serve", "lab.config", "lab.instruments", "lab.runs")
         # The machinery serves requests' code, never the other way round: it neither imports
         # handlers or the bench nor starts them as programs (the upstream it starts lives in lab/).
         ("lab", ("handlers", "bench", "peers"), frozenset()),
-        ("workloads", ("handlers", "lab", "bench", "peers", "tornado"), frozenset()),  # pure functions
+        # Pure functions; `page` renders with tornado.template, a module of its own (test_workloads_use_only_...).
+        (
+            "workloads",
+            (
+                "handlers",
+                "lab",
+                "bench",
+                "peers",
+                "tornado.web",
+                "tornado.ioloop",
+                "tornado.httpserver",
+                "tornado.httpclient",
+                "tornado.iostream",
+                "tornado.gen",
+                "tornado.process",
+            ),
+            frozenset(),
+        ),
         # The page's race runs the bench's load generator as a separate program, and imports nothing of it.
         ("handlers", ("bench", "peers"), frozenset({"bench.race"})),
         # The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters;
@@ -126,6 +143,14 @@ def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...], ma
     for module, named in _modules(package).items():
         wrong = _wrong(named, forbidden, may_start)
         assert not wrong, f"{module} names {sorted(wrong)}"
+
+
+def test_workloads_use_only_tornado_s_template_engine() -> None:
+    # tornado.template imports tornado.escape and tornado.util, none of the web stack: a workload renders a
+    # page as a WSGI app or a Django view would, with no server of Tornado's around it.
+    for module, named in _modules("workloads").items():
+        tornado = {name for name in named["imports"] if _within(name, ("tornado",))}
+        assert tornado <= {"tornado.template", "tornado.template.Template"}, f"{module} names {sorted(tornado)}"
 
 
 def test_the_ground_floor_stands_on_nothing_of_the_rooms() -> None:
@@ -287,7 +312,7 @@ def test_a_run_is_resolved_and_answered_in_one_place_for_the_lab_and_its_peers()
     assert definitions == {"resolve": ["lab/runs.py"], "envelope": ["lab/runs.py"]}
     # bench.size checks a route as the lab would before it starts a server for it.
     assert users["resolve"] == {"handlers/run.py", "handlers/race.py", "peers/app.py", "bench/lib/sizing/targets.py"}
-    assert users["envelope"] == {"handlers/run.py", "peers/app.py"}
+    assert users["envelope"] == {"handlers/run.py", "peers/app.py", "bench/lib/meters.py"}  # (meters: times it)
 
 
 def test_the_peers_app_loads_no_tornado() -> None:

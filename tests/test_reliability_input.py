@@ -52,6 +52,8 @@ CHEAP: dict[str, dict[str, float]] = {
     "train": {"trees": 5},
     "predict": {"rows": 2000},
     "sleep": {"seconds": 0.01},
+    "mix": {"compute_ms": 5.0, "wait_ms": 5.0},
+    "page": {"rows": 100, "db_ms": 5.0},
     "async": {"delay": 0.01, "fanout": 5},
 }
 

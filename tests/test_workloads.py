@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from lab import ROOT
-from workloads import cpu, io, mix, ml, numeric
+from workloads import cpu, io, mix, ml, numeric, page
 from workloads.registry import WORKLOADS, run_timed
 
-KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS, *mix.KNOWN_ANSWERS]
+KNOWN = [*cpu.KNOWN_ANSWERS, *numeric.KNOWN_ANSWERS, *ml.KNOWN_ANSWERS, *io.KNOWN_ANSWERS, *mix.KNOWN_ANSWERS,
+         *page.KNOWN_ANSWERS]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "params", "expected"), KNOWN, ids=[f"{n}-{p}" for n, p, _ in KNOWN])

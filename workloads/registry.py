@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workloads import cpu, io, mix, ml, numeric
+from workloads import cpu, io, mix, ml, numeric, page
 from workloads.clocks import THREAD, Clocks, gil_enabled
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
 from workloads.timing import RunRecord, time_await, time_call
@@ -113,6 +113,19 @@ WORKLOADS: dict[str, Workload] = {
             ),
             releases_gil=False,
             awaited=mix.amix,
+        ),
+        Workload(
+            "page",
+            page.page,
+            "A database query (SQLite, or PostgreSQL with --database), then a tornado.template render of its "
+            "rows: the query computes without the GIL (SQLite) or waits (PostgreSQL), and lets go of it for each "
+            "row it fetches; the render holds it, about 12 us a row.",
+            (
+                IntParam("rows", 1000, 1, page.SEED_ROWS, "rows the query returns and the template renders"),
+                FloatParam("db_ms", 50.0, 0.0, 5000.0, "milliseconds the database spends on the query"),
+            ),
+            releases_gil=True,
+            awaited=page.apage,
         ),
     )
 }

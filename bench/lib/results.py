@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 
+from lab import ROOT
 from lab.config import DEFAULT_RESULTS
 from lab.machine import cpu_count
 
@@ -58,6 +59,18 @@ def siege_version() -> str | None:
     return match.group(1) if match else None
 
 
+def commit() -> str | None:
+    """The checkout's commit (short), "+changes" when files differ from it; None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()  # fmt: skip
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+changes" if changed else head
+
+
 def _version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -80,6 +93,7 @@ def machine_facts(native_threads: list[dict[str, Any]] | None, **extra: Any) -> 
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
+        "commit": commit(),
         "versions": {
             "tornado": _version("tornado"),
             "numpy": _version("numpy"),

@@ -252,3 +252,41 @@ class LocalServer:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def floor_server(folder: Path, flags: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
+    """The bare Tornado floor (bench/bare_server.py) on a free port, in its own session; its (url, pid), stopped
+    with its group however the run ends."""
+    log_path = folder / "floor.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0", *flags], cwd=ROOT,
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+    try:
+        # It logs its address once it listens and its pools are warm.
+        yield wait_ready(log_path, process.pid, 120, address=SERVING, ready=lambda url: True), process.pid
+    finally:
+        stop_server(process, 5.0)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its live descendants."""
+    total = 0.0
+    for process in tree(pid):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def own_cpu(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system) used so far by these processes themselves, not their children."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total

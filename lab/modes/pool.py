@@ -139,12 +139,16 @@ class PoolRunner:
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
+        # Where `page` queries (config.database), for pools whose workers open their own connections.
+        self.database: str | None = None
 
     @classmethod
     def from_config(cls, mode: str, config: ServerConfig) -> Self:
         if cls.size_setting is None:
             raise TypeError(f"{cls.__name__} has no size_setting: it must build itself from the config")
-        return cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
+        runner = cls(mode, config[cls.size_setting], config.max_pending, config.job_timeout)
+        runner.database = config.database
+        return runner
 
     @property
     def executor(self) -> Executor:
@@ -163,8 +167,9 @@ class PoolRunner:
         try:
             # The deadline counts from the moment a worker starts the job: a
             # worker still starting up (a replaced pool) is not the job's fault.
-            either: list[asyncio.Future[Any]] = [job, record.started]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not record.started.done():
+                either: list[asyncio.Future[Any]] = [job, record.started]
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
         except TimeoutError:
             self.counts["timed_out"] += 1
@@ -235,7 +240,8 @@ class PoolRunner:
         """A worker (pid or thread; None: not known yet) has begun job `job_id`: its deadline starts now."""
         job = self._running.get(job_id)
         if job is not None and not job.started.done():
-            job.worker = worker
+            if worker is not None:  # (None: not known yet; a thread may have written its name itself)
+                job.worker = worker
             job.started.set_result(time.time())
 
     def on_timeout(self, job_id: int) -> None:

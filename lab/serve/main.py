@@ -27,6 +27,8 @@ from tornado.web import Application
 
 from lab import collector, logs
 from lab.config import Config, parse_args
+from lab.database import EmbeddedDatabase
+from lab.database import preflight as database_preflight
 from lab.instruments.stats import Board
 from lab.machine import read_cores
 from lab.modes.registry import preflight
@@ -126,13 +128,18 @@ def _base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _say_cores() -> None:
+    """Warn when the cores this server may use differ from the host's: its default pool sizes follow the former."""
+    for note in read_cores().differences():
+        log.warning("cores: %s", note)
+
+
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
     logs.configure()
-    for note in read_cores().differences():  # the default pool sizes follow the usable cores, not os.cpu_count()
-        log.warning("cores: %s", note)
-    problem = preflight(config)
+    _say_cores()
+    problem = preflight(config) or (database_preflight(config.database) if config.database else None)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -154,6 +161,9 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     upstream = None if config.upstream else EmbeddedUpstream.start(idle_timeout=upstream_idle)
     if upstream is not None:  # from here on, /async's upstream is this one, as if given with --upstream
         config = dataclasses.replace(config, upstream=upstream.url)
+    embedded = None if config.database else EmbeddedDatabase.start()
+    if embedded is not None:  # and `page` queries this file, as if given with --database
+        config = dataclasses.replace(config, database=embedded.url)
     parent = os.getpid()
     base_url = _base_url(config.host, port)
     policy = f", accept policy {config.accept}" if config.forked else ""
@@ -174,6 +184,8 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     finally:
         if os.getpid() == parent and upstream is not None:
             upstream.stop()
+        if os.getpid() == parent and embedded is not None:
+            embedded.stop()
     if not finished:
         # A pool thread is still running an abandoned job and the interpreter
         # would join it at exit; the grace period is over, so go now.

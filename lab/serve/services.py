@@ -12,7 +12,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from lab.config import Config
-from lab.instruments.cores import CoreMeter
+from lab.instruments.cores import CoreWatch
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
 from lab.machine import cpu_count
@@ -21,9 +21,14 @@ from lab.modes.registry import MODES, build_runners
 from lab.web.hosts import AllowedHosts
 from lab.web.lifecycle import Lifecycle
 from workloads.clocks import gil_enabled
+from workloads.page import database
 from workloads.registry import WORKLOADS
 
 log = logging.getLogger(__name__)
+
+# Connections a server process may open to a PostgreSQL --database, each pool of its own (the threads', the
+# event loop's): opened as queries need them, one at start; enough for a thread pool of the largest default.
+DATABASE_CONNECTIONS = 40
 
 # How often pool gauges (running/waiting) reach the board between requests.
 PUBLISH_EVERY_MS = 200
@@ -52,9 +57,10 @@ class Services:
     # This process's GIL contention over the last PUBLISH_EVERY_MS (None: not measured).
     gil: GilMeter = field(default_factory=GilMeter)
     gil_contention: float | None = None
-    # Over the same window, the run-queue share of its threads' runnable time: starved
-    # cores, which the GIL meter alone would read as contention (lab/instruments/cores.py).
-    cores: CoreMeter = field(default_factory=CoreMeter)
+    # Over about the same window, the run-queue share of its threads' runnable time: starved
+    # cores, which the GIL meter alone would read as contention (lab/instruments/cores.py: read
+    # by a watcher process, so that this one makes no system call per thread for it).
+    cores: CoreWatch = field(default_factory=CoreWatch)
     core_wait: float | None = None
     lifecycle: Lifecycle = field(init=False)
     # The names it answers to (the Host check, the race's Origin check).
@@ -70,6 +76,9 @@ class Services:
 
     @classmethod
     async def start(cls, config: Config, base_url: str, task_id: int | None, board: Board) -> Services:
+        # `page` in this process (the event loop, its threads, its awaited queries) queries here, on
+        # connections this process opens (workloads/page/database.py), never its parent's.
+        database.use(config.database, DATABASE_CONNECTIONS)
         runners = build_runners(config)
         try:
             for runner in runners.values():
@@ -77,6 +86,7 @@ class Services:
         except BaseException:  # cancelled by a stop signal during start-up, or failed
             for runner in runners.values():
                 await runner.close(wait=False)
+            await database.aclose()
             raise
         # A child replacing a dead one inherits its slot: its totals and a restart.
         previous = board.read(task_id or 0)
@@ -90,6 +100,7 @@ class Services:
             restarts=previous["restarts"] + 1 if previous else 0,
         )
         services.gil.start()
+        services.cores.start()
         services.publish()
         services._publisher = PeriodicCallback(services._tick, PUBLISH_EVERY_MS)
         services._publisher.start()
@@ -153,13 +164,18 @@ class Services:
         self.board.write(self.task_id or 0, self.snapshot())
 
     def _publish_request(self, active: int) -> None:
-        """After a request: publish now, or, in a burst that was just published, once the burst allows.
+        """After a request, in a forked child: publish now, or, in a burst just published, once the burst allows.
 
         The last request in flight always publishes at once: an idle process
         has nothing to batch, and a client that has all its answers must find
-        every one of them in /stats (bench/siege.sh's spread is a difference
-        of two readings).
+        every one of them in /stats, whichever child answers it
+        (bench/siege.sh's spread is a difference of two readings). A server of
+        one process has no sibling to read its slot: its /stats and /metrics
+        publish it themselves before they read, so a request's end costs it
+        no write (a whole snapshot in JSON, about a tenth of a millisecond).
         """
+        if not self.config.forked:
+            return
         wait = self._published_at + PUBLISH_AFTER_REQUEST_S - time.monotonic()
         if wait <= 0 or not active:
             self.publish()
@@ -187,6 +203,8 @@ class Services:
         if self._publisher is not None:
             self._publisher.stop()
         self.gil.stop()
+        self.cores.stop()
         for runner in self.runners.values():
             await runner.close(wait)
+        await database.aclose()
         self.publish()

@@ -33,6 +33,7 @@ import random
 import selectors
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from types import FrameType
 
@@ -113,6 +114,8 @@ class Supervisor:
         self.restarts = 0
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
+        self._signalled = False  # a signal woke the loop since it last reaped
+        self._reaped = 0.0  # when it last looked for exited children (time.monotonic)
 
     def run(self) -> Forked:
         """Fork the children and look after them until they have all stopped; then the parent exits."""
@@ -133,7 +136,10 @@ class Supervisor:
                 for key, _ in self.selector.select(timeout=self.doorway.wait(stopping)):
                     key.data(key.fileobj)
                 self.doorway.turn(self.state is State.STOPPING)
-                self._reap()
+                # Only after a signal (SIGCHLD among them) or POLL_S since the last look: two waitpid calls
+                # per turn would be most of a dispatching parent's system calls beside a connection's.
+                if self._signalled or time.monotonic() - self._reaped >= POLL_S:
+                    self._reap()
         except InChild as child:
             return child.forked
         raise SystemExit(0)
@@ -151,6 +157,7 @@ class Supervisor:
         self.doorway.attach(self.selector)
 
     def _drain_wake_ups(self, fd: int) -> None:
+        self._signalled = True
         with contextlib.suppress(BlockingIOError):
             while os.read(fd, 4096):
                 pass
@@ -192,6 +199,7 @@ class Supervisor:
         return channel
 
     def _reap(self) -> None:
+        self._signalled, self._reaped = False, time.monotonic()
         for task_id, pid in list(self.children.items()):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done == 0:

@@ -36,6 +36,7 @@ from lab.modes.distributed import worker as dask_worker
 from lab.modes.distributed.roster import Roster
 from lab.modes.distributed.worker import WarmUp, task, workloads_upload
 from lab.modes.pool import RETRY_AFTER_S
+from workloads.page.errors import Unavailable
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
@@ -113,9 +114,11 @@ class Cluster:
         started: Callable[[int, str], None],
         resized: Callable[[int], None],
         tls: tuple[Path, Path, Path | None] | None = None,  # the runner's TlsFiles: CA, certificate, key
+        database: str | None = None,  # where `page` queries, from every worker
     ) -> None:
         self.scheduler = scheduler
         self.tls = tls
+        self.database = database
         self.workers = workers  # embedded cluster only
         self.view = view
         self.roster = Roster()
@@ -150,7 +153,7 @@ class Cluster:
         started = time.monotonic()
         client = await (self._start_embedded() if self.scheduler is None else self._join(patience))
         client.subscribe_topic(self.topic, self._on_started)
-        await client.register_plugin(WarmUp(), name=WarmUp.name)
+        await client.register_plugin(WarmUp(self.database), name=WarmUp.name)
         self.client = client
         self._trouble = asyncio.get_running_loop().create_future()
         await self._refresh()
@@ -253,7 +256,7 @@ class Cluster:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.client.cancel([future]))
             raise
-        except LabError:
+        except (LabError, Unavailable):  # (the database's: a 503, as anywhere)
             raise
         except Exception as error:  # the task raised, or the cluster could not run it
             raise LabError(502, f"the Dask cluster failed this task: {type(error).__name__}: {error}") from None

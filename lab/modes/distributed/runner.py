@@ -156,6 +156,7 @@ class DaskRunner(PoolRunner):
     def from_config(cls, mode: str, config: ServerConfig) -> Self:
         workers = config[DASK_WORKERS] or max(1, cpu_count() // config.process_count)
         runner = cls(mode, workers, config.max_pending, config.job_timeout, config[DASK_SCHEDULER])
+        runner.database = config.database
         ca, cert = config[DASK_TLS_CA], config[DASK_TLS_CERT]
         if ca is not None and cert is not None:
             runner.tls = TlsFiles(ca, cert, config[DASK_TLS_KEY])
@@ -195,7 +196,13 @@ class DaskRunner(PoolRunner):
 
             dask_cluster.configure()
             self._cluster = dask_cluster.Cluster(
-                self.scheduler, self.workers, self._plan, started=self._started, resized=self.slots.resize, tls=self.tls
+                self.scheduler,
+                self.workers,
+                self._plan,
+                started=self._started,
+                resized=self.slots.resize,
+                tls=self.tls,
+                database=self.database,
             )
         return self._cluster
 

@@ -49,18 +49,29 @@ def task() -> Callable[[int, str, str, dict[str, Any]], RunRecord]:
 
 
 class WarmUp(distributed.WorkerPlugin):
-    """On every worker process, once: cap BLAS threads as the server does, then pay the predict model's training."""
+    """On every worker process, once: cap BLAS threads as the server does, pay the predict model's training, and
+    point `page` at the server's database (each worker opens its own connections, as many as it has threads)."""
 
     name = "lab-warm-up"
+
+    def __init__(self, database_url: str | None = None) -> None:
+        self.database_url = database_url
 
     def setup(self, worker: Worker) -> None:
         if "OPENBLAS_NUM_THREADS" not in os.environ:  # a nanny sets it to 1; a bare `dask worker --no-nanny` does not
             from threadpoolctl import threadpool_limits  # noqa: PLC0415
 
             threadpool_limits(1)
+        from workloads.page import database  # noqa: PLC0415
         from workloads.registry import warm_up  # noqa: PLC0415
 
         warm_up()
+        database.use(self.database_url, worker.state.nthreads)
+
+    def teardown(self, worker: Worker) -> None:
+        from workloads.page import database  # noqa: PLC0415
+
+        database.close()
 
 
 def workloads_upload() -> distributed.UploadFile:

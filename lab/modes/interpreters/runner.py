@@ -20,6 +20,7 @@ from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.interpreters.worker import executor_class, interpreter_id, run, unavailable
 from lab.modes.pool import PoolRunner, pool_size
+from workloads.page.errors import Unavailable
 from workloads.registry import WORKLOADS
 from workloads.timing import RunRecord
 
@@ -29,6 +30,18 @@ INTERPRETER_POOL = pool_size(
     "--interpreter-pool", "sub-interpreters behind /interpreters, per server process; Python 3.12+", cpu_count, "cores"
 )
 THREAD_PREFIX = "lab-interp"
+
+
+def unavailable_inside(error: Exception) -> Unavailable | None:
+    """The database's Unavailable (a 503), if `error` carries one out of a sub-interpreter, else None.
+
+    An exception does not cross from a sub-interpreter as itself: the pool
+    raises ExecutionFailed, with the original's type name and message.
+    """
+    info = getattr(error, "excinfo", None)
+    if info is not None and getattr(info.type, "__name__", None) == Unavailable.__name__:
+        return Unavailable(str(info.msg))
+    return None
 
 
 class InterpreterRunner(PoolRunner):
@@ -58,7 +71,13 @@ class InterpreterRunner(PoolRunner):
         log.info("interpreter pool ready: %d sub-interpreters, ids %s", self.size, sorted(set(ids)))
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
-        record = await super().run(workload, params)
+        try:
+            record = await super().run(workload, params)
+        except Exception as error:
+            gone = unavailable_inside(error)
+            if gone is None:
+                raise
+            raise gone from None
         names = {thread.native_id: thread.name for thread in threading.enumerate()}
         record["thread"] = names.get(int(record["thread"]), f"native thread {record['thread']}")
         return record
@@ -68,7 +87,8 @@ class InterpreterRunner(PoolRunner):
         return None if unavailable() is not None else super().ready_note()
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        future = asyncio.get_running_loop().run_in_executor(self.executor, run, WORKLOADS[workload].func, params)
+        func = WORKLOADS[workload].func
+        future = asyncio.get_running_loop().run_in_executor(self.executor, run, func, params, self.database)
         # The gate hands the pool no more jobs than it has interpreters, so a
         # free one takes this job now; which one, the record says afterwards.
         self._started(job_id, None)

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any, cast
 
 from workloads.clocks import OWN_GIL_THREAD, THREAD
+from workloads.page import database
 from workloads.timing import RunRecord, time_call
 
 BACKPORT = "interpreters-pep-734"
@@ -83,13 +84,17 @@ def gil_is_own() -> bool:
         return False
 
 
-def run(func: Callable[..., Any], params: dict[str, Any]) -> RunRecord:
-    """Run one workload here, in a sub-interpreter, timed on this thread.
+def run(func: Callable[..., Any], params: dict[str, Any], database_url: str | None = None) -> RunRecord:
+    """Run one workload here, in a sub-interpreter, timed on this thread; `page` queries `database_url`.
+
+    The interpreter opens its own connection on its first page (each
+    interpreter has its own modules, so its own database object).
 
     `func` arrives pickled by reference and is imported here. The thread is
     the pool's OS thread, but this interpreter only knows it by its native id;
     the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
+    database.use(database_url)
     record = time_call(func, params, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
     record["thread"] = str(threading.get_native_id())
     record["interpreter"] = interpreter_id()

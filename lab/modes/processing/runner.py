@@ -50,7 +50,9 @@ class ProcessRunner(PoolRunner):
         reader, writer = context.Pipe(duplex=False)
         self._pipe = (reader, writer)
         asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader)
-        return ProcessPoolExecutor(self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer,))
+        return ProcessPoolExecutor(
+            self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer, self.database)
+        )
 
     def _drain_started(self, reader: Connection) -> None:
         while reader.poll():

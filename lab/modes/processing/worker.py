@@ -9,16 +9,18 @@ from typing import Any
 
 from lab.procs import watch_parent
 from workloads.clocks import PROCESS
+from workloads.page import database
 from workloads.registry import run_timed
 from workloads.timing import RunRecord
 
 _started: Connection | None = None
 
 
-def init_pool_worker(started: Connection) -> None:
-    """Initializer of every process-pool worker."""
+def init_pool_worker(started: Connection, database_url: str | None) -> None:
+    """Initializer of every process-pool worker: `page` queries `database_url` on its own connections."""
     global _started
     _started = started
+    database.use(database_url)  # one job at a time: one connection, opened here, by this process
     # Ctrl-C reaches the whole foreground process group; the server that owns
     # this pool shuts it down in order, so a worker must not die of SIGINT
     # mid-job (that would break the pool and print a traceback per worker).

@@ -34,13 +34,18 @@ class ThreadRunner(PoolRunner):
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        loop = asyncio.get_running_loop()
+        running = self._running[job_id]
 
         def job() -> RunRecord:
-            loop.call_soon_threadsafe(self._started, job_id, threading.current_thread().name)
+            # Which thread runs it, for /stats, written here without waking the event loop: a message
+            # to the loop per job would be one more wake-up, and under GIL load one more wait for the GIL.
+            running.worker = threading.current_thread().name
             return run_timed(workload, params)
 
-        return loop.run_in_executor(self.executor, job)
+        future = asyncio.get_running_loop().run_in_executor(self.executor, job)
+        # The gate hands the pool no more jobs than it has threads, so a thread takes this one now.
+        self._started(job_id, None)
+        return future
 
     async def close(self, wait: bool = True) -> None:
         # Waiting or not, a running thread cannot be stopped and the

@@ -10,6 +10,8 @@ from lab.modes.contract import Capacity, Facts, Mode, waits
 from workloads.params import FloatParam, IntParam, Param
 
 UPSTREAM = "upstream"  # what the mode runs itself, as its envelopes name it
+# The lab's workloads it awaits at /async/{workload} (those written to be awaited: tests/test_mix.py checks).
+AWAITS = ("mix", "page")
 
 ASYNC_PARAMS: tuple[Param, ...] = (
     FloatParam("delay", 1.0, 0.0, 30.0, "seconds the upstream waits before answering"),
@@ -21,7 +23,7 @@ UPSTREAM_TRAITS = {"name": UPSTREAM, "releases_gil": True, "waits": True}
 
 def capacity(facts: Facts, workload: str) -> Capacity:
     """How many runs of `workload` progress at once in this mode, and why."""
-    if workload == UPSTREAM:
+    if workload not in AWAITS:
         return Capacity(None, "every call waits at the upstream at the same time, so about one wait")
     if waits(facts, workload):
         return Capacity(None, "every run waits on the event loop at the same time, so about one wait")
@@ -37,5 +39,5 @@ MODE = Mode(
     summary="as async I/O",
     workload=UPSTREAM,
     params=ASYNC_PARAMS,
-    awaits=("mix",),
+    awaits=AWAITS,
 )

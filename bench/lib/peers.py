@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,7 @@ class Setup:
     processes: int = 1
     threads: int = 1
     serves: frozenset[str] = frozenset({"cpu"})  # which loads it takes part in: "cpu", "io"
+    ready_path: str = "/ping"  # a peer is ready once this answers (any HTTP status: a user's app may have no /ping)
 
     def url(self, base: str, workload: str, params: dict[str, str]) -> str:
         """One request of this load: the lab's /async takes only the upstream's delay."""
@@ -129,9 +131,9 @@ class Running:
         try:
             # Every server process of a forked lab; a peer once it answers at all, and uWSGI once its stats
             # server, which starts after the workers, is there to be read too.
-            ready = all_serving if setup.server == "lab" else _answers_ping
+            ready = all_serving if setup.server == "lab" else lambda url: _answers(f"{url}{setup.ready_path}")
             if stats is not None:
-                ready = lambda url: _answers_ping(url) and stats.exists()  # noqa: E731
+                ready = lambda url: _answers(f"{url}{setup.ready_path}") and stats.exists()  # noqa: E731
             running.url = wait_ready(log_path, process.pid, timeout, address=ADDRESS[setup.server], ready=ready)
         except BaseException:
             running.stop()
@@ -163,10 +165,13 @@ class Running:
         return [p.pid for p in self.group()]
 
 
-def _answers_ping(url: str) -> bool:
+def _answers(url: str) -> bool:
+    """The server answers HTTP at `url`, whatever the status (an HTTPError is an answer too)."""
     try:
-        with loopback.urlopen(f"{url}/ping", timeout=2) as reply:
-            return reply.status == 200
+        with loopback.urlopen(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
     except OSError:
         return False
 

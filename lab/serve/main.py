@@ -30,6 +30,7 @@ from lab.config import Config, parse_args
 from lab.database import EmbeddedDatabase
 from lab.database import preflight as database_preflight
 from lab.instruments.stats import Board
+from lab.machine import read_cores
 from lab.modes.registry import preflight
 from lab.modes.upstream.client import UPSTREAM_IDLE_MARGIN_S
 from lab.modes.upstream.embedded import EmbeddedUpstream
@@ -127,10 +128,17 @@ def _base_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _say_cores() -> None:
+    """Warn when the cores this server may use differ from the host's: its default pool sizes follow the former."""
+    for note in read_cores().differences():
+        log.warning("cores: %s", note)
+
+
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
     logs.configure()
+    _say_cores()
     problem = preflight(config) or (database_preflight(config.database) if config.database else None)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)

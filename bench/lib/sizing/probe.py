@@ -1,0 +1,152 @@
+"""Step 1 of the advisor: the request measured alone, two at once and eight at once, in one process.
+
+Alone (one user, one request at a time): how long it takes, its CPU from
+outside (the serving process's CPU over the requests, its idle background
+taken off: the HTTP path's CPU too, not the work's only), its run-queue
+time (schedstat), and, on a lab route, the envelopes' own split: cpu_ms,
+core_wait_ms, blocked_ms, gil_wait_ms and the time waited on purpose
+(io_wait_ms). Two at once (two threads overlap): how long a request waited
+for the other thread, which is the GIL (the lab's gil_wait_ms; for a WSGI
+app, the time a request took beyond its time alone that was not spent
+waiting for a core). Eight at once: the process's throughput with its
+threads busy, whose inverse bounds the GIL-held time of a request (one GIL
+lets one request's GIL-held work run at a time). Memory: RSS, USS and PSS
+of the process after each, and what the threads the busy phase started
+added.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.lib.engine import get
+from bench.lib.sizing import outside, traffic
+from bench.lib.sizing.model import Memory, Point, Split
+from bench.lib.sizing.targets import InputError, Server, Target, start
+from bench.lib.stats import percentile
+
+BUSY_USERS = 8  # enough threads that a GIL-bound process's GIL is always wanted (1 + wait/cpu below ~4)
+PROBE = Point(1, BUSY_USERS)
+TIMING = ("queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "blocked_ms", "gil_wait_ms", "io_wait_ms", "total_ms")
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 3) if known else None
+
+
+def envelopes(tally: traffic.Tally) -> dict[str, float | None]:
+    """The lab envelopes' timing, each field's median over the answers (None where no answer had it)."""
+    timings = []
+    for answer in tally.ok:
+        try:
+            timings.append(json.loads(answer.body).get("timing", {}))
+        except (ValueError, AttributeError):
+            continue
+    return {key: _median([t.get(key) for t in timings]) for key in TIMING}
+
+
+def phase(server: Server, users: int, seconds: float, background: float) -> dict[str, Any]:
+    """`users` back to back for `seconds`: latency, and per request the CPU (less the background), run queue and
+    context switches of the serving processes; the envelopes' split on a lab route."""
+    processes = server.serving()
+    before = outside.counters(processes)
+    tally = traffic.closed(server.url, users, seconds, warmup_s=0.3, keep_bodies=server.target.kind == "lab")
+    used = outside.counters(processes) - before
+    if not tally.ok:
+        raise RuntimeError(f"no request to {server.url} was answered with 2xx in {seconds:g} s")
+    count = tally.served
+    times = [1000 * a.seconds for a in tally.ok]
+    return {
+        "users": users,
+        "answers": len(tally.ok),
+        "rps": round(len(tally.ok) / tally.window_s, 2),
+        "failed": tally.failed,
+        "median_ms": round(statistics.median(times), 2),
+        "variation": round(statistics.pvariance(times) / statistics.fmean(times) ** 2, 4),
+        "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
+        "cpu_ms": round(1000 * max(0.0, used.cpu_s - background * used.at) / count, 3),
+        "run_queue_ms": round(1000 * used.run_queue_s / count, 3),
+        "switches": round(used.switches / count, 2),
+        "envelope": envelopes(tally) if server.target.kind == "lab" else None,
+        "memory": outside.memory(processes),
+    }
+
+
+def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any]) -> Split:
+    """The model's split: from the alone phase the CPU from outside (at least the envelope's) and the wait on
+    purpose (the envelope's io_wait_ms, else its blocked time alone, else what is neither CPU nor core wait);
+    from the busy phase the GIL-held CPU, at most 1 / its throughput (one GIL: one request's GIL-held work at a
+    time, so a process whose threads all want it answers at most 1 / gil a second) and at most the CPU."""
+    seen = alone["envelope"] or {}
+    cpu = max(alone["cpu_ms"], seen.get("cpu_ms") or 0.0, 0.001)
+    if target.kind == "lab":
+        wait = seen.get("io_wait_ms")
+        wait = seen.get("blocked_ms") if wait is None else wait
+    else:
+        wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
+    gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
+    return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(max(0.0, wait or 0.0), 3), alone["median_ms"],
+                 alone["variation"])  # fmt: skip
+
+
+def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:
+    """Shared pages, the process's own (USS) and each thread's (the USS the threads busy added, >= 0)."""
+    one, two = alone["memory"], busy["memory"]
+    added = two["threads"] - one["threads"]
+    per_thread = max(0.0, (two["uss_mb"] - one["uss_mb"]) / added) if added > 0 else 0.0
+    return Memory(one["shared_mb"], one["uss_mb"], round(per_thread, 2))
+
+
+def low_load_gil_ms(target: Target, alone: dict[str, Any], low: dict[str, Any]) -> float | None:
+    """How long a request waited for the other thread at low load: the lab's gil_wait_ms, or from outside the
+    time beyond alone that was not a wait for a core."""
+    if target.kind == "lab":
+        seen = (low["envelope"] or {}).get("gil_wait_ms")
+        return None if seen is None else float(seen)
+    extra = float(low["median_ms"] - alone["median_ms"] - (low["run_queue_ms"] - alone["run_queue_ms"]))
+    return round(max(0.0, extra), 3)
+
+
+def workload_traits(server: Server, workload: str) -> dict[str, Any]:
+    """The lab's /workloads entry for `workload` ({} for a WSGI app)."""
+    if server.target.kind != "lab":
+        return {}
+    status, listed, _, _ = get(f"{server.running.url}/workloads", 10.0)
+    found = [w for w in listed if w.get("name") == workload] if status == 200 and isinstance(listed, list) else []
+    return found[0] if found else {}
+
+
+def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict[str, Any]:
+    """The split, the memory and the evidence, from one server of one process (always stopped)."""
+    server = start(target, PROBE, folder, upstream)
+    try:
+        status, _, sent, received = get(server.url, 120.0)  # the first request: a warm-up, and how long one takes
+        if not 200 <= status < 300:
+            raise InputError(f"--path {target.path!r}: {target.name} answered {status}; give a path it answers 2xx")
+        seconds = min(20.0, max(1.0 if quick else 2.0, (4 if quick else 8) * (received - sent)))
+        background = outside.cpu_rate(server.serving, 0.5 if quick else 1.0)
+        alone = phase(server, 1, seconds, background)
+        low = phase(server, 2, seconds, background)
+        busy = phase(server, BUSY_USERS, seconds, background)
+        traits = workload_traits(server, target.workload)
+        stats = get(f"{server.running.url}/stats", 10.0)[1] if target.kind == "lab" else {}
+    finally:
+        server.stop()
+    return {
+        "split": split_of(target, alone, busy),
+        "memory": memory_of(alone, busy),
+        "alone": alone,
+        "low_load": low,
+        "busy": busy,
+        "gil_wait_ms_two_threads": low_load_gil_ms(target, alone, low),
+        "traits": traits,
+        "native_threads": (stats.get("server", {}) if isinstance(stats, dict) else {}).get("native_threads")
+        if target.kind == "lab"
+        else target.facts.get("native_threads"),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

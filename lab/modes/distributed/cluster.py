@@ -34,6 +34,7 @@ from distributed.config import initialize_logging
 from lab.errors import LabError
 from lab.modes.distributed import worker as dask_worker
 from lab.modes.distributed.roster import Roster
+from lab.modes.distributed.stalls import within_awake
 from lab.modes.distributed.worker import WarmUp, task, workloads_upload
 from lab.modes.pool import RETRY_AFTER_S
 from workloads.timing import RunRecord
@@ -313,7 +314,9 @@ class Cluster:
                 self._scheduler_lost(f"the client is {client.status}")
                 continue
             try:
-                await asyncio.wait_for(self._refresh(), RECONNECT_TIMEOUT_S)
+                # The loop's own time, not the wall clock's: /blocking runs on this loop stall the embedded
+                # scheduler too, and a stall is not a lost scheduler (lab/modes/distributed/stalls.py).
+                await within_awake(self._refresh(), RECONNECT_TIMEOUT_S)
             except (TimeoutError, OSError) as error:
                 self._scheduler_lost(str(error) or type(error).__name__)
 

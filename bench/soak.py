@@ -35,6 +35,7 @@ import asyncio
 import json
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,7 @@ def _measure(url: str, root: int | None, plan: Plan, out: Path, server_args: str
     if root is None:
         root = _visible_root(link, notes)
     run = Run(plan, link, LabWatch(link, root))
-    cpu_before = psutil.Process().cpu_times()
+    cpu_before = psutil.Process().cpu_times(), time.monotonic()
     try:
         asyncio.run(soak(run, stderr_line))
     finally:
@@ -183,14 +184,16 @@ def settings(plan: Plan) -> dict[str, Any]:
     return {**{k: v for k, v in plan.__dict__.items() if k != "choice"}, "faults": list(plan.faults), **mix}
 
 
-def _write(run: Run, out: Path, about: dict[str, Any], cpu: Any) -> None:
+def _write(run: Run, out: Path, about: dict[str, Any], began: tuple[Any, float]) -> None:
     """soak.json, soak.md, requests.csv and soak.png, whatever state the run ended in."""
     checks = judge(run)
-    now = psutil.Process().cpu_times()
+    now, (cpu, monotonic) = psutil.Process().cpu_times(), began
     own_cpu = now.user + now.system - cpu.user - cpu.system
+    wall = round(time.monotonic() - monotonic, 1)
     extra = {**about, "own_server": about["server_args"] is not None,
              "settings": settings(run.plan),
-             "machine": machine_facts(None, soak_cpu_s=round(own_cpu, 1), command=shlex.join(sys.argv))}  # fmt: skip
+             "machine": machine_facts(None, soak_cpu_s=round(own_cpu, 1), wall_s=wall,
+                                      command=shlex.join(sys.argv))}  # fmt: skip
     doc = document(run, checks, extra)
     (out / "soak.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "soak.md").write_text(markdown(doc))

@@ -17,6 +17,8 @@ read from the lab's /stats; the rest from the process tree and command lines.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +142,28 @@ def counts(samples: Iterable[ProcSample]) -> dict[str, dict[str, int]]:
 def unknown(samples: Iterable[ProcSample]) -> bool:
     """Whether a process could not be placed (a new pool worker /stats has not been asked about yet)."""
     return any(sample.role.startswith("other") for sample in samples)
+
+
+def descriptors(pid: int) -> list[str]:
+    """What each open descriptor of `pid` is, one line each ("12 tcp 127.0.0.1:4100 -> 127.0.0.1:5200 ESTABLISHED",
+    "5 pipe:[812]"): what a count over the baseline is made of. [] if it cannot be read."""
+    found = []
+    with contextlib.suppress(psutil.Error, OSError):
+        sockets = {c.fd: c for c in psutil.Process(pid).net_connections("all")}
+        for name in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
+            fd = int(name)
+            with contextlib.suppress(OSError):
+                target, c = os.readlink(f"/proc/{pid}/fd/{name}"), sockets.get(fd)
+                if c is not None:
+                    ends = " -> ".join(_address(a) for a in (c.laddr, c.raddr) if a)
+                    target = f"{'tcp' if c.type == socket.SOCK_STREAM else 'udp'} {ends} {c.status}".rstrip()
+                    target = target if c.family != socket.AF_UNIX else f"unix {ends or '(unnamed)'}"
+                found.append(f"{fd} {target}")
+    return found
+
+
+def _address(address: Any) -> str:
+    return f"{address.ip}:{address.port}" if hasattr(address, "port") else str(address)
 
 
 def orphans(seen: Mapping[tuple[int, float], str], now: Iterable[ProcSample]) -> list[str]:

@@ -58,7 +58,10 @@ class Fault:
     name: str
     phase: str
     started: float = 0.0
-    ended: float = 0.0
+    ended: float = 0.0  # when it saw the lab recover
+    # Its window closes when the soak's next step begins (the next fault, or a quiet check): what the lab went
+    # through meanwhile (a queue that built while a server process restarted) still follows from it.
+    until: float = 0.0
     designed: str = ""
     effects: tuple[Effect, ...] = ()
     target: str = ""
@@ -67,7 +70,11 @@ class Fault:
     skipped: str | None = None
 
     def window(self) -> Window:
-        return Window(self.number, self.started, self.ended, self.effects)
+        return Window(self.number, self.started, max(self.ended, self.until), self.effects)
+
+    def close(self) -> None:
+        """The soak moves on: the window ends now."""
+        self.until = time.time()
 
 
 Action = Callable[[Scene, Fault], Awaitable[None]]
@@ -151,8 +158,9 @@ async def kill_child(scene: Scene, fault: Fault) -> None:
     below: list[psutil.Process] = []
     with contextlib.suppress(psutil.Error):
         below = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    fault.designed = f"connections to task {task} are cut (no answer); it is replaced with the same task id"
-    fault.effects = (Effect(None),)
+    fault.designed = (f"connections to task {task} are cut (no answer); it is replaced with the same task id; "
+                      "meanwhile the others take its share, and their pools may fill (503)")  # fmt: skip
+    fault.effects = (Effect(None), Effect(503))
     fault.target = f"server process pid {pid}, task {task}, and its {len(below) - 1} descendants"
     if not kill(scene.watch, pid):
         fault.skipped = f"pid {pid} is not visible from here"

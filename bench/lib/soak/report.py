@@ -180,6 +180,13 @@ def process_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _own_cost(doc: Mapping[str, Any]) -> str:
+    """What the soak itself cost the machine it measured."""
+    spent, wall = doc["machine"].get("soak_cpu_s", 0.0), doc["machine"].get("wall_s") or 0.0
+    share = f", {spent / wall:.1%} of one core over its {wall / 60:.1f} min" if wall else ""
+    return f"The soak itself (client, sampler, this report) used {spent:.1f} s of CPU{share}."
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """soak.md: the verdict, the checks that failed, the processes, the faults, the requests."""
     verdict = doc["verdict"]
@@ -193,7 +200,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
              f"Requests: sent {requests['sent']:,} = answered {requests['answered']:,} + counted errors "
              f"{requests['counted_errors']:,} + unaccounted {requests['unaccounted']:,}; "
              + ", ".join(f"{k} {requests[k]:,}" for k in ("ok", "expected", "unexpected", "aborted", "cut")) + ".",
-             "", *(f"> {note}" for note in doc.get("notes", [])), ""]  # fmt: skip
+             "", _own_cost(doc), "", *(f"> {note}" for note in doc.get("notes", [])), ""]  # fmt: skip
     if failed:
         lines += ["## Failed checks", "", *(f"- **{c['rule']}**, {c['subject']}: {c['detail']}" for c in failed), ""]
     lines += ["## Processes", "", markdown_table(process_rows(doc), PROCESS_COLUMNS), "", "## Faults", ""]

@@ -109,8 +109,10 @@ async def _warm_up(run: Run, scene: Scene, traffic: Traffic) -> None:
     run.phase = "warm-up"
     if run.plan.rehearse:
         for name in run.plan.faults:
+            _close_last(run)
             run.faults.append(await strike(scene, name, len(run.faults), "rehearsal"))
     await _sleep_until(run, run.began + run.plan.warmup_s)
+    _close_last(run)
     run.phase = "settle"
     run.baseline = await settle(run.watch, traffic, warm_plan(run.mix_doc), "baseline", baseline=None,
                                 within=run.plan.settle_s)  # fmt: skip
@@ -132,12 +134,18 @@ async def _faults(run: Run, scene: Scene, traffic: Traffic) -> None:
         run.faults.append(fault)
         run.phase = "traffic"
         await asyncio.sleep(plan.recover_s)
+        fault.close()
         run.phase = "settle"
         label = f"after fault {fault.number} ({name})"
         run.checks.append(await settle(run.watch, traffic, warm_plan(run.mix_doc), label, baseline=run.baseline,
                                        within=plan.settle_s))  # fmt: skip
         run.phase = "traffic"
         due = max(due + plan.fault_every, run.watch.now())
+
+
+def _close_last(run: Run) -> None:
+    if run.faults and not run.faults[-1].until:
+        run.faults[-1].close()
 
 
 async def _sleep_until(run: Run, moment: float) -> None:

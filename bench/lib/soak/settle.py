@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lib.soak.census import counts, orphans
+from bench.lib.soak.census import ProcSample, counts, descriptors, orphans
 from bench.lib.soak.link import Link
 from bench.lib.soak.mix import light
 from bench.lib.soak.traffic import Traffic
@@ -105,12 +105,16 @@ class Settled:
     per_key: dict[str, dict[str, int]]  # each process key's descriptors and threads
     matched: bool  # the baseline held still, or a later check found it again
     orphans: list[str]  # processes once the lab's, alive outside its tree
+    # What the descriptors are, per process key: all of them at the baseline; at a later check, those of the
+    # roles that differ from it (what a difference is made of).
+    descriptors: dict[str, list[str]] = field(default_factory=dict)
     check: Check | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"label": self.label, "at": round(self.at, 1), "waited_s": round(self.waited_s, 2),
                 "matched": self.matched, "orphans": self.orphans, "counts": self.counts, "per_key": self.per_key,
-                "rss_bytes": self.rss, "check": None if self.check is None else self.check.as_dict()}  # fmt: skip
+                "rss_bytes": self.rss, "descriptors": self.descriptors,
+                "check": None if self.check is None else self.check.as_dict()}  # fmt: skip
 
 
 async def settle(watch: LabWatch, traffic: Traffic, plan: Sequence[Warm], label: str, *,
@@ -125,6 +129,11 @@ async def settle(watch: LabWatch, traffic: Traffic, plan: Sequence[Warm], label:
         return await _poll(watch, label, baseline, within)
     finally:
         traffic.resume()
+
+
+def _describe(samples: Sequence[ProcSample], roles: set[str] | None) -> dict[str, list[str]]:
+    """The descriptors of every process of `roles` (None: of every role)."""
+    return {s.key: descriptors(s.pid) for s in samples if roles is None or s.role in roles}
 
 
 async def _poll(watch: LabWatch, label: str, baseline: Settled | None, within: float) -> Settled:
@@ -149,5 +158,7 @@ async def _poll(watch: LabWatch, label: str, baseline: Settled | None, within: f
             done = Settled(label, watch.now(), waited, found, rss, per_key, matched, left)
             if baseline is not None:
                 done.check = baseline_check(label, baseline.counts, found, waited)
+            differing = None if baseline is None else {r for r in found if found[r] != baseline.counts.get(r)}
+            done.descriptors = await asyncio.to_thread(_describe, samples, differing)
             return done
         await asyncio.sleep(POLL_S)

@@ -178,5 +178,10 @@ def test_the_capacity_is_where_the_first_mode_or_the_cores_fill() -> None:
     prediction = predict(mix, 2.0, 0.7)
     assert prediction.bound == "cores" and prediction.capacity_rps == pytest.approx(7.5)
     assert prediction.rate_rps == pytest.approx(5.25)
+    # About 5.25/s x 0.3 s = 1.6 requests in flight at that rate: the cap is its floor, 8, not four times that.
+    assert prediction.cap == 8
+    waits = [Entry("/threading/sleep", "threading", "sleep", 12, False, t_s=1.0)]
+    # 12 lanes of 1 s: 12/s; 70 % of it is 8.4/s, 8.4 requests in flight: the cap is four times that, rounded up.
+    assert predict(waits, 2.0, 0.7).cap == 34
     single = [Entry("/blocking/sleep", "blocking", "sleep", 1, False, t_s=0.5)]  # waits: only its lane limits it
     assert predict(single, 2.0, 1.0).bound == "blocking" and predict(single, 2.0, 1.0).capacity_rps == 2.0

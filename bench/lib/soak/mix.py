@@ -18,6 +18,7 @@ or the cores, is full; the soak sends `load` (70 %) of it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,8 @@ from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
 
 LIGHT_SCALE = 0.05
+CAP_FACTOR = 4
+CAP_FLOOR = 8
 STATS_ROUTES = ("/stats", "/metrics")
 
 
@@ -157,13 +160,16 @@ class Prediction:
     effective_cores: float
     load: float
 
+    cap: int = 0  # the mix's requests in flight at most (bench/lib/soak/traffic.py)
+
     @property
     def rate_rps(self) -> float:
         return self.capacity_rps * self.load
 
     def as_dict(self) -> dict[str, Any]:
         return {"capacity_rps": round(self.capacity_rps, 3), "bound": self.bound, "load": self.load,
-                "rate_rps": round(self.rate_rps, 3), "effective_cores": round(self.effective_cores, 3)}  # fmt: skip
+                "rate_rps": round(self.rate_rps, 3), "effective_cores": round(self.effective_cores, 3),
+                "in_flight_cap": self.cap}  # fmt: skip
 
 
 def predict(mix: Sequence[Entry], effective_cores: float, load: float) -> Prediction:
@@ -180,4 +186,7 @@ def predict(mix: Sequence[Entry], effective_cores: float, load: float) -> Predic
     if not limits:
         raise RuntimeError("nothing in the mix takes time: no capacity to predict")
     bound = min(limits, key=lambda name: limits[name])
-    return Prediction(limits[bound], bound, effective_cores, load)
+    # At the rate sent, about rate x mean t requests are in flight (Little's law); four times that, and never
+    # fewer than CAP_FLOOR, before an arrival is held back.
+    in_flight = limits[bound] * load * sum(entry.t_s for entry in mix) / count
+    return Prediction(limits[bound], bound, effective_cores, load, max(CAP_FLOOR, math.ceil(CAP_FACTOR * in_flight)))

@@ -108,12 +108,13 @@ def document(run: Run, checks: Sequence[Check], extra: Mapping[str, Any]) -> dic
     records = run.link.ledger.records
     counted = tally(records)
     bad = [r for r in records if r.outcome in ("unexpected", "unaccounted")]
+    held_back = run.traffic.held_back if run.traffic else 0
     return {
         "tool": "bench.soak",
         **extra,
         "verdict": {"ok": all(c.ok for c in checks), "checks": [c.as_dict() for c in checks]},
         "unaccounted": counted["unaccounted"],
-        "requests": {**counted, "by_route": by_route(records)},
+        "requests": {**counted, "held_back": held_back, "by_route": by_route(records)},
         "unexpected": [shown(r) for r in bad[:SHOWN_UNEXPECTED]],
         "faults": [fault_doc(run, fault) for fault in run.faults],
         "samples": run.watch.series,
@@ -198,7 +199,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
              f"bound by {doc['prediction'].get('bound')}); {len(doc['faults'])} faults; "
              f"{len(verdict['checks'])} checks, {len(failed)} failed.", "",
              f"Requests: sent {requests['sent']:,} = answered {requests['answered']:,} + counted errors "
-             f"{requests['counted_errors']:,} + unaccounted {requests['unaccounted']:,}; "
+             f"{requests['counted_errors']:,} + unaccounted {requests['unaccounted']:,} ({requests['held_back']:,} "
+             "arrivals held back: too many in flight); "
              + ", ".join(f"{k} {requests[k]:,}" for k in ("ok", "expected", "unexpected", "aborted", "cut")) + ".",
              "", _own_cost(doc), "", *(f"> {note}" for note in doc.get("notes", [])), ""]  # fmt: skip
     if failed:

@@ -63,6 +63,7 @@ class Run:
     faults: list[Fault] = field(default_factory=list)
     baseline: Settled | None = None
     checks: list[Settled] = field(default_factory=list)
+    traffic: Traffic | None = None
     began: float = 0.0  # when the traffic began (watch time)
     ended: float = 0.0
     phase: str = "setup"
@@ -78,7 +79,8 @@ async def set_up(run: Run) -> Traffic:
     run.capacity = await asyncio.to_thread(machine.measure, int(run.mix_doc["facts"]["cpu_count"]))
     prediction = predict(run.mix_doc["entries"], run.capacity.effective_cores, plan.load)
     run.rate = prediction.as_dict()
-    return Traffic(link, run.mix_doc["entries"], prediction.rate_rps, plan.ping_every, plan.race_every, plan.seed)
+    return Traffic(link, run.mix_doc["entries"], prediction.rate_rps, plan.ping_every, plan.race_every,
+                   prediction.cap, plan.seed)  # fmt: skip
 
 
 async def soak(run: Run, say: Callable[[str], None]) -> None:
@@ -88,6 +90,7 @@ async def soak(run: Run, say: Callable[[str], None]) -> None:
         f"({run.rate['bound']}); sending {run.rate['rate_rps']:.2f}/s for {run.plan.minutes:g} min")  # fmt: skip
     scene = Scene(run.link, run.watch, traffic, run.mix_doc, run.plan.settle_s)
     run.began = run.watch.now()
+    run.traffic = traffic
     loops = [*traffic.start(), asyncio.create_task(_ticks(run, traffic, say))]
     try:
         await _warm_up(run, scene, traffic)
@@ -167,7 +170,7 @@ def progress(run: Run, traffic: Traffic, samples: Sequence[Any]) -> str:
     held = sum(1 for f in run.faults if f.ok)
     return (f"soak {_clock(elapsed)}/{_clock(total)} {run.phase:<8} | sent {sum(counts.values()):,} "
             f"ok {counts['ok']:,} error status {counts['error status']:,} aborted {counts['aborted']:,} "
-            f"no answer {counts['no answer']:,} "
+            f"no answer {counts['no answer']:,} held back {traffic.held_back:,} "
             f"in flight {len(traffic.in_flight)} | {len(samples)} processes {rss:,.0f} MB "
             f"{sum(s.fds for s in samples)} fds {sum(s.threads for s in samples)} threads | "
             f"faults {len(run.faults)} ({held} held)")  # fmt: skip

@@ -2,9 +2,12 @@
 
 Arrivals are evenly spaced (open model: the next request leaves on time
 whether or not the last one was answered), cycling through the mix in a
-shuffled order. Everything can be paused, and `drain` waits until nothing
-the traffic sent is still in flight: the lab is quiet, and what it still
-holds is its own.
+shuffled order, up to a cap on the mix's requests in flight: an arrival
+that finds `cap` of them unanswered is held back (counted, not sent), so a
+host that slows down (its other guests, its other users) is not buried
+under a queue the soak made. Everything can be paused, and `drain` waits
+until nothing the traffic sent is still in flight: the lab is quiet, and
+what it still holds is its own.
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ class Traffic:
     rate: float
     ping_every: float
     race_every: float
+    cap: int
     seed: int = 0
+    held_back: int = 0  # arrivals not sent: `cap` of the mix's requests were in flight
+    mixing: int = 0  # the mix's requests in flight
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
     racing: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -77,9 +83,19 @@ class Traffic:
             if not self.flowing.is_set():
                 await self.flowing.wait()
                 due = loop.time()  # after a pause, on time from now: no catching up in a burst
-            self.spawn(self.link.send("mix", entry.target))
+            if self.mixing < self.cap:
+                self.spawn(self._mix(entry.target))
+            else:
+                self.held_back += 1
             due += gap
             await asyncio.sleep(max(0.0, due - loop.time()))
+
+    async def _mix(self, target: str) -> None:
+        self.mixing += 1
+        try:
+            await self.link.send("mix", target)
+        finally:
+            self.mixing -= 1
 
     async def _pings(self) -> None:
         while True:

@@ -19,15 +19,18 @@ log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 1024
 
 
-def watch_parent(interval: float = 0.5) -> None:
+def watch_parent(interval: float = 0.5, *, parent: int | None = None) -> None:
     """Send ourselves SIGTERM when our parent dies, so no process is ever orphaned.
 
     A SIGKILLed server cannot tell its children anything; polling getppid()
     is the portable way for them to notice (prctl(PR_SET_PDEATHSIG) is
     Linux-only and fires when the parent *thread* exits). Each process's own
-    SIGTERM handling then decides how gracefully to go.
+    SIGTERM handling then decides how gracefully to go. `parent`: the pid the
+    parent had when it started us; a process that starts watching only after
+    seconds of imports (a pool worker) may find its parent gone already, and
+    getppid() would then name whoever adopted it.
     """
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -15,7 +15,7 @@ import psutil
 from lab.config import build_parser, parse_args
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, Reply, copies, get, get_many, probe_during
-from tests.procs import wait_for
+from tests.procs import STALL_S, wait_for
 
 DISPATCH = ("--processes", "2", "--process-pool", "1", "--accept", "dispatch")
 
@@ -116,6 +116,48 @@ def test_connections_still_on_their_way_to_a_killed_child_go_to_the_other(start_
         # Its own run fails; the two it had not taken yet still had their requests unread: served elsewhere.
         assert sorted([f.result() for f in long], key=str) == [200, None]
         assert [f.result() for f in short] == [200] * 4
+
+
+def _status(url: str) -> int | None:
+    try:
+        return get(url, timeout=30).status
+    except OSError:  # reset: it was in the killed child's hands
+        return None
+
+
+def _answered_then_closed(url: str, target: str) -> tuple[int, bool]:
+    """(status, closed): one request with `Connection: close`, read until the server closes it, STALL_S at most."""
+    host, port = urlsplit(url).hostname or "", urlsplit(url).port or 80
+    data, closed = b"", False
+    with socket.create_connection((host, port), timeout=STALL_S) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+            closed = True
+        except TimeoutError:
+            pass
+    return (int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else 0), closed
+
+
+def test_a_replacement_child_keeps_no_copy_of_the_connections_on_their_way_to_the_others(
+    start_server: StartServer,
+) -> None:
+    # The parent keeps its copy of each connection it sent until the child says it has it. A child forked to
+    # replace a killed one inherited those copies of its siblings' connections and never closed them: a
+    # connection stayed open after its child had answered and closed it (a client reading to the end waited
+    # for ever) and the replacement held its descriptor for good.
+    lab = start_server(*DISPATCH)
+    with ThreadPoolExecutor(6) as pool:
+        held = [pool.submit(_status, f"{lab.url}/blocking/sleep?seconds=4&_={i}") for i in range(2)]
+        time.sleep(0.5)  # both event loops blocked: what is sent now stays on its way, unreported
+        pings = [pool.submit(_answered_then_closed, lab.url, f"/ping?_={i}") for i in range(4)]
+        time.sleep(0.5)
+        os.kill(min(_children(lab)), signal.SIGKILL)  # the parent forks its replacement at once
+        results = [f.result() for f in pings]
+        assert {f.result() for f in held} <= {200, None}  # None: it ran in the killed child
+    answered = [closed for status, closed in results if status == 200]
+    assert len(answered) >= 2 and all(answered), results
 
 
 def test_sigterm_to_the_parent_ends_everything(start_server: StartServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import distributed
 import pytest
 
 from lab import ROOT
+from lab.modes.distributed.stalls import within_awake
 from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
@@ -268,6 +270,51 @@ def test_a_task_over_the_job_timeout_is_504_and_its_worker_replaced(start_server
         assert time.monotonic() < deadline, "no new worker in 60 s"
         time.sleep(float(after.headers["Retry-After"]))
     assert after.status == 200 and after.json()["worker"]["pid"] != first["pid"]
+
+
+def test_a_deadline_in_the_loops_own_time_outlasts_a_stall_but_not_a_silence() -> None:
+    async def scene() -> tuple[str, str]:
+        stalled = asyncio.Event()
+
+        async def answer_after_the_stall() -> str:
+            await stalled.wait()
+            for _ in range(3):  # a round trip to a scheduler on this loop takes a few turns
+                await asyncio.sleep(0)
+            return "answered"
+
+        def stall() -> None:
+            time.sleep(1.0)  # the loop held for twice the deadline, as back-to-back /blocking runs hold it
+            stalled.set()
+
+        asyncio.get_running_loop().call_later(0.05, stall)
+        got = await within_awake(answer_after_the_stall(), 0.5)
+        try:
+            await within_awake(asyncio.Event().wait(), 0.5)  # nothing ever answers, the loop turns freely
+        except TimeoutError:
+            return got, "timed out"
+        return got, "answered"
+
+    assert asyncio.run(scene()) == ("answered", "timed out")
+
+
+def test_a_loop_held_by_blocking_runs_is_not_a_lost_scheduler(start_server: StartServer) -> None:
+    # The embedded scheduler shares the server's event loop. Six 1.5 s /blocking runs back to back hold it for
+    # 9 s with a turn or two between them, so a round trip to the scheduler (a few turns) takes over its 3 s by
+    # the wall clock: the waiting /distributed request got "503 lost the Dask scheduler", though nothing was lost.
+    lab = start_server("--process-pool", "1", "--dask-workers", "1")
+    assert get(f"{lab.url}/distributed/sleep?seconds=0", timeout=60).status == 200
+    with ThreadPoolExecutor(7) as pool:
+        waiting = pool.submit(get, f"{lab.url}/distributed/sleep?seconds=12", 120)
+        assert wait_for(lambda: pool_stats(lab.url, "distributed")["running"] == 1)
+        blocking = []
+        for _ in range(6):
+            # Staggered, as traffic arrives: each lands while the loop is held, and is read in the turn after it,
+            # between the scheduler's messages (sent all at once, they can all run before the next message).
+            blocking.append(pool.submit(get, f"{lab.url}/blocking/sleep?seconds=1.5", 120))
+            time.sleep(0.3)
+        reply = waiting.result(timeout=120)
+    assert [r.result().status for r in blocking] == [200] * 6
+    assert reply.status == 200, reply.body
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "ctrl-c"])

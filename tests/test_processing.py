@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import subprocess
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
 import pytest
 
 from lab.machine import cpu_count
+from lab.modes.processing.worker import init_pool_worker
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
+from tests.procs import STALL_S
 
 
 def test_envelope(server: LabServer) -> None:
@@ -39,3 +48,24 @@ def test_ping_answers_while_workers_compute(server: LabServer) -> None:
     jobs, ping = ping_while_pool_busy(server.url, "processing", 2)
     assert ping.status == 200
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)
+
+
+@pytest.mark.parametrize("server_alive", [True, False], ids=["server-alive", "server-gone"])
+def test_a_pool_worker_whose_server_died_before_it_started_watching_stops(server_alive: bool) -> None:
+    # A pool being replaced spawns workers that import for seconds before their initializer runs; a server
+    # process SIGKILLed meanwhile has them adopted by init, so getppid() no longer names it. The initializer
+    # is told the server's pid: a worker whose parent is not that pid stops (and its job breaks the pool).
+    context = multiprocessing.get_context("spawn")
+    _, writer = context.Pipe(duplex=False)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that is nobody's parent any more
+    server = os.getpid() if server_alive else gone.pid
+    with ProcessPoolExecutor(
+        1, mp_context=context, initializer=init_pool_worker, initargs=(writer, server, None)
+    ) as pool:
+        job = pool.submit(time.sleep, 5)
+        if server_alive:
+            assert job.result(timeout=STALL_S) is None
+        else:
+            with pytest.raises(BrokenProcessPool):
+                job.result(timeout=STALL_S)

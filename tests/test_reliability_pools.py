@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
+from lab.modes.pool import Slots
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.lab_server import LabServer, copies, get, pool_stats
@@ -131,3 +133,22 @@ def test_jobs_beside_a_stuck_one_get_503_when_its_pool_is_replaced(start_server:
     assert_error(reply, 503, "process pool broke while running this job")
     assert reply.headers["Retry-After"] == "1"
     assert get(f"{lab.url}/processing/fib?n=10").json()["result"] == 55
+
+
+def test_a_waiter_cancelled_as_its_slot_frees_leaves_the_gate_consistent() -> None:
+    # A request waiting for a slot whose client leaves (its task cancelled) just as a slot frees: release()
+    # drops the cancelled waiter before the waiting task runs again, which then found nothing to remove and
+    # raised ValueError (an uncaught exception, seen by the soak) instead of its cancellation.
+    async def scene() -> tuple[BaseException | None, int, int, bool]:
+        slots = Slots(1)
+        await slots.acquire()
+        waiting = asyncio.ensure_future(slots.acquire())
+        await asyncio.sleep(0)  # it waits for the slot
+        waiting.cancel()  # its waiter is cancelled at once; the task runs again only on the loop's next turn
+        slots.release()  # meanwhile the slot frees
+        (outcome,) = await asyncio.gather(waiting, return_exceptions=True)
+        return outcome, slots.busy, slots.waiting, slots.idle.is_set()
+
+    outcome, busy, waiting, idle = asyncio.run(scene())
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert (busy, waiting, idle) == (0, 0, True)

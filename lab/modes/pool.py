@@ -10,6 +10,7 @@ nobody wants any more.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import deque
@@ -70,7 +71,9 @@ class Slots:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # handed a slot just as we were cancelled: pass it on
             else:
-                self._waiters.remove(waiter)
+                # release() or resize() may have dropped it already, cancelled, on their way to the next waiter.
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
                 self._update_idle()
             raise
 

@@ -100,7 +100,9 @@ class Dispatch(Doorway):
         self.selector.register(ours, selectors.EVENT_READ, lambda _: self._read_reports_of(channel))
 
     def in_child(self, task_id: int) -> socket.socket | None:
-        """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection."""
+        """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection, and no
+        copy of a connection on its way to a sibling (one kept would hold that connection open after the
+        sibling closed it, and a descriptor of this child's for good)."""
         assert self._pair is not None
         ours, theirs = self._pair
         ours.close()
@@ -109,6 +111,8 @@ class Dispatch(Doorway):
         for channel in self.channels.values():
             if channel.sock is not None:
                 channel.sock.close()
+            for connection in channel.in_transit:
+                connection.close()
         return theirs
 
     def wait(self, stopping: bool) -> float:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from lab.errors import LabError
 from lab.modes.distributed.roster import Roster
+from lab.modes.distributed.stalls import within_awake
 from lab.modes.pool import RETRY_AFTER_S
 
 if TYPE_CHECKING:
@@ -83,10 +84,13 @@ class Health:
             if client.status in ("closing", "closed"):
                 self.lost("the connection was closed")
                 return "the connection was closed"
-            budget = self.heard + SCHEDULER_SILENT_S - time.monotonic()
             try:
-                await asyncio.wait_for(self.refresh(client), max(WATCH_EVERY_S, budget))
-            except (TimeoutError, OSError) as error:
+                # Silence counted in the loop's own time, not the wall clock's: /blocking runs on this loop
+                # stall an embedded scheduler too, and a stall is not a silence (lab/modes/distributed/stalls.py).
+                await within_awake(self.refresh(client), SCHEDULER_SILENT_S)
+            except TimeoutError as error:
+                self.lost(str(error))
+            except OSError as error:  # refused or reset at once: lost once it has lasted as long
                 silent = time.monotonic() - self.heard
                 if silent >= SCHEDULER_SILENT_S:
                     self.lost(f"no answer for {silent:.0f} s: {str(error) or type(error).__name__}")

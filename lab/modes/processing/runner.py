@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -51,7 +52,7 @@ class ProcessRunner(PoolRunner):
         self._pipe = (reader, writer)
         asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader)
         return ProcessPoolExecutor(
-            self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer, self.database)
+            self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer, os.getpid(), self.database)
         )
 
     def _drain_started(self, reader: Connection) -> None:

@@ -16,8 +16,9 @@ from workloads.timing import RunRecord
 _started: Connection | None = None
 
 
-def init_pool_worker(started: Connection, database_url: str | None) -> None:
-    """Initializer of every process-pool worker: `page` queries `database_url` on its own connections."""
+def init_pool_worker(started: Connection, server: int, database_url: str | None) -> None:
+    """Initializer of every process-pool worker; `server` is the pid of the server process that started it,
+    and `page` queries `database_url` on the worker's own connections."""
     global _started
     _started = started
     database.use(database_url)  # one job at a time: one connection, opened here, by this process
@@ -25,7 +26,9 @@ def init_pool_worker(started: Connection, database_url: str | None) -> None:
     # this pool shuts it down in order, so a worker must not die of SIGINT
     # mid-job (that would break the pool and print a traceback per worker).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent()
+    # The server's pid, not getppid(): a server killed while this worker was still importing (the pool being
+    # replaced) leaves it adopted by init, and a watch of init would keep it running for ever.
+    watch_parent(parent=server)
 
 
 def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:

@@ -173,7 +173,10 @@ def test_the_database_going_away_gets_503s_and_its_return_gets_pages(
         back = get_many(urls)
         if all(reply.status == 200 for reply in back):
             break
-        assert all(_unavailable(reply) for reply in back), [(r.status, r.body[:200]) for r in back]
+        # Modes come back one by one (each process's pool reconnects on its own): a page or a 503 meanwhile.
+        assert all(reply.status == 200 or _unavailable(reply) for reply in back), [
+            (r.status, r.body[:200]) for r in back
+        ]
         time.sleep(0.5)
     assert [reply.json()["result"] for reply in back] == [expected(3, "postgresql")] * 3
 

@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as `python bench/load.py`: make the `bench`
 
 from bench.charts import load as load_charts
 from bench.lib import locust
-from bench.lib.args import OUT, SERVER_ARGS, URL
+from bench.lib.args import EVERY, OUT, SERVER_ARGS, URL, USERS
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.optional import need_module
 from bench.lib.results import new_results_dir
@@ -52,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("bench.load", __doc__)
     URL.add(parser)
     parser.add_argument("--path", default="/threading/count?n=20000000", help="the route (several: comma-separated)")
-    parser.add_argument("--users", type=int, default=15, help="simulated users (default: 15)")
+    USERS.add(parser)
     parser.add_argument("--spawn-rate", type=float, default=0, help="users started per second (default: all at once)")
     parser.add_argument("--requests", type=int, default=300, help="stop after this many answers; 0: --seconds only")
     parser.add_argument("--rate", type=float, default=0.0, help="requests/s per user (default 0: back to back)")
     parser.add_argument("--arrivals", type=float, default=0.0, help="requests/s from all users together, evenly "
                         "spaced (the open model; default 0: each user at its own pace)")  # fmt: skip
     parser.add_argument("--seconds", type=int, default=300, help="stop after this long at most (default: 300)")
-    parser.add_argument("--every", type=float, default=3.0, help="seconds between table rows (default: 3)")
+    EVERY.add(parser)
     parser.add_argument("--ui", action="store_true", help="open Locust's web UI instead (loopback), until Ctrl-C")
     parser.add_argument("--web-port", type=int, default=8089, help="the UI's port with --ui (default: 8089)")
     OUT.add(parser, help="results folder (default: bench/results/load-<stamp>/)")

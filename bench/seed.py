@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as `python bench/seed.py`: make the `bench`
 
 from bench.charts import load as load_charts
 from bench.lib import rounds
-from bench.lib.args import OUT, ROUNDS
+from bench.lib.args import EVERY, OUT, ROUNDS, USERS
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.load_findings import seed_findings, summary_row
 from bench.lib.locust import HOST_COLUMNS, INSTALL, SEED_COLUMNS, Crowd, PoolReader, lab_pool, measure, text
@@ -91,10 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("bench.seed", __doc__)
     parser.add_argument("--targets", default=DEFAULT_TARGETS, help=f"comma-separated (default: {DEFAULT_TARGETS})")
     parser.add_argument("--n", type=int, default=10_000_000, help="count's n (default: 10,000,000)")
-    parser.add_argument("--users", type=int, default=15, help="simulated users (default: 15)")
+    USERS.add(parser)
     parser.add_argument("--requests", type=int, default=300, help="answers each run stops at (default: 300)")
     parser.add_argument("--seconds", type=int, default=600, help="longest a run may take (default: 600)")
-    parser.add_argument("--every", type=float, default=3.0, help="seconds between table rows (default: 3)")
+    EVERY.add(parser)
     ROUNDS.add(parser, default=1, help="every target N times, in turn (default: 1)")
     OUT.add(parser, help="results folder (default: bench/results/seed-<stamp>/)")
     return parser

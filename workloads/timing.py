@@ -107,12 +107,13 @@ def _record(
     started: float,
     finished: float,
     *,
-    cpu: float,
+    cpu: float | None,
     core_wait: float | None,
     io_wait: float,
     blocked: float | None,
     gil_wait: float | None,
 ) -> RunRecord:
+    """The record of a run on this process and thread, built here for every kind of run."""
     return {
         "result": result,
         "pid": os.getpid(),
@@ -130,15 +131,6 @@ def _record(
 def waited(result: Any, started: float) -> RunRecord:
     """The record of a call that only waited, on this thread: all of its time a wait, nothing computed for it."""
     finished = time.time()
-    return {
-        "result": result,
-        "pid": os.getpid(),
-        "thread": threading.current_thread().name,
-        "started": started,
-        "finished": finished,
-        "cpu": None,
-        "core_wait": None,
-        "io_wait": finished - started,
-        "blocked": None,
-        "gil_wait": None,
-    }
+    return _record(
+        result, started, finished, cpu=None, core_wait=None, io_wait=finished - started, blocked=None, gil_wait=None
+    )

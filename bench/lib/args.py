@@ -44,3 +44,6 @@ OUT = Flag("--out", type=Path, metavar="DIR")
 NO_FILES = Flag("--no-files", action="store_true", help="print the table only")
 ROUNDS = Flag("--rounds", type=int, metavar="N")
 TIMEOUT = Flag("--timeout", type=float, default=60.0, metavar="S")
+# A Locust crowd's (bench.load, bench.seed): its size and how often its table prints a row.
+USERS = Flag("--users", type=int, default=15, help="simulated users (default: 15)")
+EVERY = Flag("--every", type=float, default=3.0, help="seconds between table rows (default: 3)")

@@ -16,7 +16,6 @@ undone the lab answered 200 again and the cluster was whole again.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Any
 
 from bench.lib.hosts import WORKERS, HostCluster, Reply
 from bench.lib.netns import Network
+from bench.lib.ticker import Ticker
 
 POLL_S = 0.25  # how often /stats is read while a fault lasts (a read is a few ms of the lab's time)
 SETTLE_S = 120.0  # how long a cluster gets to be whole and serving before a fault
@@ -92,30 +92,20 @@ class Burst:
         return self.job_timeout + self.detection_s
 
 
-class Watcher:
+class Watcher(Ticker):
     """Reads the lab's /stats every POLL_S in a thread: (time, scheduler state, worker addresses, quiet seconds)."""
 
     def __init__(self, hosts: HostCluster) -> None:
+        super().__init__("stats-watcher", POLL_S)
         self.hosts = hosts
         self.samples: list[tuple[float, str, dict[str, float]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stats-watcher", daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_S):
-            reply = self.hosts.get("/stats", 5)
-            if reply.status == 200 and isinstance(reply.body, dict):
-                dask = reply.body["server"]["dask"]
-                workers = {str(w["address"]): float(w.get("quiet_s") or 0.0) for w in dask.get("workers") or []}
-                self.samples.append((reply.received, str(dask.get("state")), workers))
-
-    def __enter__(self) -> Watcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def tick(self) -> None:
+        reply = self.hosts.get("/stats", 5)
+        if reply.status == 200 and isinstance(reply.body, dict):
+            dask = reply.body["server"]["dask"]
+            workers = {str(w["address"]): float(w.get("quiet_s") or 0.0) for w in dask.get("workers") or []}
+            self.samples.append((reply.received, str(dask.get("state")), workers))
 
     def changes(self, after: float, victim: str | None) -> list[tuple[float, str, int, float | None]]:
         """From `after`: (seconds, scheduler state, workers listed, the victim's quiet seconds or None if not

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 
 from bench.lib.engine import get
 from bench.lib.servers import log_tail
+from bench.lib.ticker import Ticker
 from lab import ROOT
 
 LOCUSTFILE = ROOT / "bench" / "locustfile.py"
@@ -56,36 +56,29 @@ def mode_of(path: str) -> str:
     return path.split(",", maxsplit=1)[0].strip().lstrip("/").split("/")[0].split("?")[0]
 
 
-class HostSampler:
+class HostSampler(Ticker):
     """vmstat's view of this machine, and the server's pool, every `every` seconds, in a thread."""
 
     def __init__(self, pool: PoolReader, every: float) -> None:
-        self.pool, self.every = pool, every
+        super().__init__("host-sampler", every)
+        self.pool = pool
         self.rows: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="host-sampler", daemon=True)
+        self._before: dict[str, int] = {}
 
-    def __enter__(self) -> HostSampler:
-        self._thread.start()
-        return self
+    def begin(self) -> None:
+        self._before = _cpu_ticks()
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        before = _cpu_ticks()
-        while not self._stop.wait(self.every):
-            after = _cpu_ticks()
-            total = sum(after.values()) - sum(before.values()) or 1
-            share = {k: round(100 * (after[k] - before[k]) / total, 1) for k in after}
-            running, waiting = self.pool()
-            self.rows.append({
-                "at": time.time(), "run_queue": _run_queue(), "user_pct": share["user"],
-                "system_pct": share["system"], "idle_pct": share["idle"], "steal_pct": share["steal"],
-                "pool_running": running, "pool_waiting": waiting,
-            })  # fmt: skip
-            before = after
+    def tick(self) -> None:
+        before, after = self._before, _cpu_ticks()
+        total = sum(after.values()) - sum(before.values()) or 1
+        share = {k: round(100 * (after[k] - before[k]) / total, 1) for k in after}
+        running, waiting = self.pool()
+        self.rows.append({
+            "at": time.time(), "run_queue": _run_queue(), "user_pct": share["user"],
+            "system_pct": share["system"], "idle_pct": share["idle"], "steal_pct": share["steal"],
+            "pool_running": running, "pool_waiting": waiting,
+        })  # fmt: skip
+        self._before = after
 
 
 def _cpu_ticks() -> dict[str, int]:

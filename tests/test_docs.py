@@ -7,6 +7,7 @@ could not fail would be caught here too.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,31 @@ def test_a_stale_generated_table_is_caught() -> None:
     text = (ROOT / "docs" / "api.md").read_text()
     assert reference.stale(text.replace("`--grace S`", "`--grace-period S`")) == ["flags"]
     assert reference.stale(text.replace("| `/metrics` |", "| `/metrix` |")) == ["routes"]
+
+
+# A line that is only a merge's marker: seven of <, = or > (then, for < and >, a space and a name).
+CONFLICT_MARKER = re.compile(r"^(<{7} \S|={7}$|>{7} \S)", re.MULTILINE)
+
+
+def _conflicted(paths: list[Path]) -> list[str]:
+    """`name:line` of the first conflict marker in each file that has one."""
+    found = []
+    for path in paths:
+        text = path.read_text(errors="replace")
+        if marker := CONFLICT_MARKER.search(text):
+            found.append(f"{path.name}:{text.count(chr(10), 0, marker.start()) + 1}")
+    return found
+
+
+def test_no_tracked_file_holds_a_merges_conflict_markers() -> None:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    texts = {".md", ".py", ".js", ".sh", ".html", ".css", ".txt", ".toml", ".cfg", ".ini", ""}
+    assert _conflicted([ROOT / name for name in listed.splitlines() if Path(name).suffix in texts]) == []
+
+
+def test_a_conflict_marker_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# a page\n\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> main\n")
+    assert _conflicted([page]) == ["page.md:3"]
+    page.write_text("# a page\n\n| a |\n|=======|\n")
+    assert _conflicted([page]) == []

@@ -21,11 +21,14 @@ KEYS = {"verdict", "unaccounted", "requests", "faults", "samples", "processes", 
 
 def test_a_short_soak_with_faults_returns_every_count_to_its_baseline_and_leaves_nothing(tmp_path: Path) -> None:
     # No Dask (its clusters take the best part of a minute to start on a busy host) and no rehearsal; the faults
-    # that replace processes: a forked server process, then a pool worker, and clients that hang up.
+    # that replace processes: a forked server process, then a pool worker, and clients that hang up. A quiet
+    # check matches in seconds (3-4 s on a loaded 2-core host): --settle 30 leaves it a wide margin and bounds
+    # what a failing check, or a fault waiting for the lab to count its hang-ups, adds to the test's time.
     out = tmp_path / "soak"
     argv = [sys.executable, "-m", "bench.soak", "--minutes", "1", "--warmup", "10", "--fault-every", "8",
             "--faults", "kill-child,disconnect,kill-worker", "--no-rehearse", "--solo-runs", "1", "--race-every", "15",
-            "--sample-every", "5", "--modes", "blocking,threading,processing,async", "--out", str(out)]  # fmt: skip
+            "--sample-every", "5", "--settle", "30", "--modes", "blocking,threading,processing,async",
+            "--out", str(out)]  # fmt: skip
     with Tracked(argv) as run:
         stdout, stderr = run.communicate(timeout=540)
         assert run.process.returncode in (0, 1), stderr[-3000:]  # 1: a failed verdict, still a finished soak

@@ -53,14 +53,20 @@ def test_ping_is_answered_while_every_child_computes(start_server: StartServer) 
     # Under --accept fair both children would be full and stop accepting: the probe would wait in the
     # kernel's queue until a run ended. Dispatched, it reaches a child whose event loop is free.
     lab = start_server(*DISPATCH)
-    jobs, ping = probe_during(
-        copies(f"{lab.url}/threading/count?n=15000000", 4),
-        f"{lab.url}/ping",
-        running=lambda: (
-            sum(p["pools"]["threading"]["running"] for p in get(f"{lab.url}/stats").json()["processes"]) == 4
-        ),
-    )
-    assert [j.status for j in jobs] == [200] * 4 and ping.status == 200
+    # The premise, both children computing, is what the burst-spread tests prove of dispatch; a loaded
+    # machine can still deliver a burst to one child now and then (its reports racing the connections),
+    # so a burst that landed on one child is sent again, up to three times.
+    for _ in range(3):
+        jobs, ping = probe_during(
+            copies(f"{lab.url}/threading/count?n=15000000", 4),
+            f"{lab.url}/ping",
+            running=lambda: (
+                sum(p["pools"]["threading"]["running"] for p in get(f"{lab.url}/stats").json()["processes"]) == 4
+            ),
+        )
+        assert [j.status for j in jobs] == [200] * 4 and ping.status == 200
+        if len({j.json()["server"]["pid"] for j in jobs}) == 2:
+            break
     assert len({j.json()["server"]["pid"] for j in jobs}) == 2  # both children were computing
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)
 

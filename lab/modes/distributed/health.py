@@ -4,7 +4,9 @@ A cable cut on a real network is silent: no RST, no FIN, the scheduler just
 stops answering (and a worker stops heartbeating). So the lab asks the
 scheduler which workers it has every WATCH_EVERY_S, and
 
-- a scheduler that has not answered for SCHEDULER_SILENT_S is lost: every
+- a scheduler that has not answered for SCHEDULER_SILENT_S (counted in the
+  event loop's own time: /blocking runs stall an embedded scheduler on the
+  same loop, and a stall is not a silence, stalls.py) is lost: every
   request waiting on the cluster gets 503 with Retry-After, and so does every
   new one until it answers again (a shorter silence, a link that flapped,
   costs nothing but the wait: TCP delivers what was sent once it is back);

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import distributed
+import psutil
 import pytest
 
 from lab import ROOT
@@ -140,7 +141,15 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
     dask = get(f"{lab.url}/stats").json()["server"]["dask"]
     assert dask["embedded"] is True and dask["state"] == "running" and len(dask["workers"]) == 2
     pids = {w["pid"] for w in dask["workers"]}
-    assert pids <= lab.remember_descendants()  # the server's own children
+    assert pids <= lab.remember_descendants()  # the server's own descendants
+    # Its scheduler listens in a process of its own, a child of the server's: not on the server's event loop,
+    # where its work would queue for the GIL behind /threading's and slow every other request.
+    port = int(dask["scheduler"].rsplit(":", 1)[1])
+    listening = {c.laddr.port for c in psutil.Process(lab.pid).net_connections("tcp") if c.status == "LISTEN"}
+    assert port not in listening
+    owners = [child for child in psutil.Process(lab.pid).children()
+              if any(c.laddr.port == port for c in child.net_connections("tcp") if c.status == "LISTEN")]  # fmt: skip
+    assert len(owners) == 1 and "lab.modes.distributed.cluster_process" in " ".join(owners[0].cmdline())
     assert lab.terminate() == 0
     assert lab.survivors() == []
 

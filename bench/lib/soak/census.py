@@ -26,7 +26,12 @@ from typing import Any
 import psutil
 
 # Command-line marks of the processes /stats does not list, and the role each means.
-MARKS = (("lab.modes.upstream.server", "upstream"), ("resource_tracker", "resource-tracker"), ("bench.race", "race"))
+MARKS = (
+    ("lab.modes.upstream.server", "upstream"),
+    ("resource_tracker", "resource-tracker"),
+    ("bench.race", "race"),
+    ("lab.modes.distributed.embedded", "dask-cluster"),
+)
 
 
 @dataclass(frozen=True)

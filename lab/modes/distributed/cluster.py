@@ -34,6 +34,7 @@ from distributed.config import initialize_logging
 
 from lab.errors import LabError
 from lab.modes.distributed import worker as dask_worker
+from lab.modes.distributed.embedded import EmbeddedCluster
 from lab.modes.distributed.health import Health
 from lab.modes.distributed.roster import Roster
 from lab.modes.distributed.worker import WARM_WAIT_S, WarmUp, task, warmed, workloads_upload
@@ -42,7 +43,7 @@ from workloads.page.errors import Unavailable
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
-    from distributed import Client, Future, LocalCluster
+    from distributed import Client, Future
 
 
 log = logging.getLogger(__name__)
@@ -52,25 +53,6 @@ log = logging.getLogger(__name__)
 # restarting" line: the server's logging is lab/logs.py's, and distributed's
 # own loggers report what goes wrong.
 LOGGING = {"distributed": "warning", "tornado": "notset", "tornado.application": "notset"}
-
-# What the embedded cluster's workers run with (their nannies pass it to each
-# worker they start). Their statistical profiler samples the task's thread
-# every 10 ms and needs the GIL to do it, slowing pure-Python tasks, for a
-# dashboard nobody runs here: off. Their GIL meter stays on (Dask's own, with
-# gilknocker): /stats shows each worker's reading. A cluster of your own keeps
-# its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
-# keys: a nanny merges this over its own config one level deep, then each
-# worker applies it with dask.config.set.)
-# The embedded workers share the terminal's process group, so a Ctrl-C reaches
-# them too and each printed a KeyboardInterrupt traceback; the server stops
-# them itself (through their nannies), so they ignore SIGINT. A preload given
-# as code (it has a space) runs in each worker process as it starts.
-IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
-EMBEDDED_WORKER_CONFIG = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.system-monitor.gil.enabled": True,
-    "distributed.worker.preload": [IGNORE_SIGINT],
-}
 
 # Connecting to an external scheduler at start-up; a lost one is retried with less patience, this often.
 CONNECT_TIMEOUT_S = 10.0
@@ -86,8 +68,8 @@ def configure() -> None:
     if _configured:
         return
     _configured = True
-    # An embedded scheduler would run a GIL meter of its own in this process, beside the server's
-    # (lab/instruments/gil.py).
+    # Only Dask's workers meter their GIL: the server has its own meter (lab/instruments/gil.py), and the
+    # embedded cluster's scheduler process serves nothing that would need one.
     dask.config.set({"distributed.logging": LOGGING, "distributed.admin.system-monitor.gil.enabled": False})
     initialize_logging(dask.config.config)  # importing distributed applied its defaults
     # The scheduler and the workers unpickle tasks: shipped by value, the task
@@ -125,8 +107,7 @@ class Cluster:
         self.topic = f"lab-started-{uuid.uuid4().hex[:8]}"
         self._task = task()
         self.client: Client | None = None
-        self._cluster: LocalCluster | None = None
-        self._scratch: str | None = None  # the embedded cluster's own local directory
+        self._cluster: EmbeddedCluster | None = None  # the embedded cluster's process, once started
         self._keeper: asyncio.Task[None] | None = None  # watches the connection, opens a new one when it is lost
         self._chores: set[asyncio.Future[None]] = set()  # cancellations and kills under way, kept until done
         self._futures: dict[int, Future[RunRecord]] = {}  # job id -> its task, while it runs
@@ -195,29 +176,21 @@ class Cluster:
         return client
 
     async def _start_embedded(self) -> Client:
-        if self._cluster is not None:  # started already: a new client of it
-            again: Client = await distributed.Client(self._cluster, asynchronous=True)
-            return again
-        log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
-        self.view["state"] = "starting"
-        # A directory of its own, not Dask's machine-wide default
-        # (/tmp/dask-scratch-space): its workers put their local directory
-        # first on sys.path, where a package another client uploaded to
-        # some other cluster (UploadDirectory) would shadow this project's.
-        self._scratch = tempfile.mkdtemp(prefix="lab-dask-")
-        self._cluster = await distributed.LocalCluster(
-            local_directory=self._scratch,
-            asynchronous=True,
-            n_workers=self.workers,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
-            dashboard_address="127.0.0.1:0",
-            scheduler_kwargs={"dashboard": False},
-            config=EMBEDDED_WORKER_CONFIG,  # passed on to each worker's nanny
-        )
-        client: Client = await distributed.Client(self._cluster, asynchronous=True)
+        """A client of the embedded cluster, started first (again, if its process has died)."""
+        if self._cluster is None or not self._cluster.alive:
+            if self._cluster is not None:
+                log.warning("the embedded Dask cluster's process has gone: starting a new one")
+                await self._cluster.stop()
+            log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
+            self.view["state"] = "starting"
+            # A directory of its own, not Dask's machine-wide default
+            # (/tmp/dask-scratch-space): its workers put their local directory
+            # first on sys.path, where a package another client uploaded to
+            # some other cluster (UploadDirectory) would shadow this project's.
+            self._cluster = EmbeddedCluster(self.workers, tempfile.mkdtemp(prefix="lab-dask-"))
+            await self._cluster.start()
+        assert self._cluster.address is not None  # known once started
+        client: Client = await distributed.Client(self._cluster.address, asynchronous=True, timeout=CONNECT_TIMEOUT_S)
         return client
 
     async def _join(self, patience: float) -> Client:
@@ -349,13 +322,8 @@ class Cluster:
         await self.disconnect()
         cluster, self._cluster = self._cluster, None
         if cluster is not None:
-            with contextlib.suppress(Exception):
-                closing = cluster.close(timeout=10)
-                if closing is not None:
-                    await closing
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+            await cluster.stop()
+            shutil.rmtree(cluster.scratch, ignore_errors=True)
         self.view["state"] = "closed"
 
 

@@ -5,8 +5,8 @@ stops answering (and a worker stops heartbeating). So the lab asks the
 scheduler which workers it has every WATCH_EVERY_S, and
 
 - a scheduler that has not answered for SCHEDULER_SILENT_S (counted in the
-  event loop's own time: /blocking runs stall an embedded scheduler on the
-  same loop, and a stall is not a silence, stalls.py) is lost: every
+  event loop's own time: /blocking runs stall this loop, which must turn to
+  read the scheduler's answer, and a stall is not a silence, stalls.py) is lost: every
   request waiting on the cluster gets 503 with Retry-After, and so does every
   new one until it answers again (a shorter silence, a link that flapped,
   costs nothing but the wait: TCP delivers what was sent once it is back);
@@ -88,7 +88,7 @@ class Health:
                 return "the connection was closed"
             try:
                 # Silence counted in the loop's own time, not the wall clock's: /blocking runs on this loop
-                # stall an embedded scheduler too, and a stall is not a silence (lab/modes/distributed/stalls.py).
+                # stall our side of the exchange, and a stall is not a silence (lab/modes/distributed/stalls.py).
                 await within_awake(self.refresh(client), SCHEDULER_SILENT_S)
             except TimeoutError as error:
                 self.lost(str(error))

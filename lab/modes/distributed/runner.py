@@ -7,7 +7,9 @@ embedded   (default) a LocalCluster of worker processes, one thread each,
            forked children), started by the server process on the first
            /distributed request (its workers take seconds to spawn and warm
            up, which no other test or mode should pay for) and closed on exit.
-           Its scheduler runs inside the server process; no dashboard.
+           It runs in a process of its own (lab/modes/distributed/embedded.py:
+           a scheduler on the server's loop slowed every other request under
+           GIL load); no dashboard.
 external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
            `dask scheduler` and `dask worker` (docs/operating.md, "A Dask
            cluster of your own"), connected at start-up. The client ships the

@@ -1,8 +1,8 @@
-"""A deadline that counts only the time this event loop ran on time: what a scheduler in this process had.
+"""A deadline that counts only the time this event loop ran on time: what our side of an exchange had.
 
-The embedded Dask scheduler runs on the server's own event loop. A /blocking
-run holds that loop, and back-to-back runs hold it for seconds with a turn
-or two between them; a round trip to the scheduler needs several turns, so
+The Dask client runs on the server's own event loop. A /blocking run holds
+that loop, and back-to-back runs hold it for seconds with a turn or two
+between them; a round trip to the scheduler needs several turns of it, so
 by the wall clock it took seconds although nothing was lost. Counted as
 this loop's own time, a stall (a blocking run, a starved CPU) costs the
 deadline at most two slices, while a scheduler that is really gone, with

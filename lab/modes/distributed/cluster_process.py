@@ -1,0 +1,98 @@
+"""The embedded Dask cluster's own process: a LocalCluster whose scheduler address it prints, then serves until SIGTERM.
+
+Started by the server (lab/modes/distributed/embedded.py), never by hand. It
+ignores SIGINT (a Ctrl-C reaches the whole process group; the server stops
+it) and closes its cluster on SIGTERM, which it also sends itself when its
+server dies (lab/procs.py). Its workers leave with their nannies (Dask's own
+parent-alive pipe).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import distributed
+
+from lab import logs
+from lab.modes.distributed.cluster import configure
+from lab.modes.distributed.embedded import CLOSE_TIMEOUT_S
+from lab.procs import watch_parent
+
+# What the embedded cluster's workers run with (their nannies pass it to each
+# worker they start). Their statistical profiler samples the task's thread
+# every 10 ms and needs the GIL to do it, slowing pure-Python tasks, for a
+# dashboard nobody runs here: off. Their GIL meter stays on (Dask's own, with
+# gilknocker): /stats shows each worker's reading. A cluster of your own keeps
+# its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
+# keys: a nanny merges this over its own config one level deep, then each
+# worker applies it with dask.config.set.)
+# The workers share the terminal's process group, so a Ctrl-C reaches them
+# too and each printed a KeyboardInterrupt traceback; they are stopped through
+# their nannies, so they ignore SIGINT. A preload given as code (it has a
+# space) runs in each worker process as it starts.
+IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
+WORKER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.system-monitor.gil.enabled": True,
+    "distributed.worker.preload": [IGNORE_SIGINT],
+}
+
+
+async def serve(workers: int, scratch: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    cluster = await distributed.LocalCluster(
+        local_directory=scratch,
+        asynchronous=True,
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
+        config=WORKER_CONFIG,  # passed on to each worker's nanny
+    )
+    try:
+        _announce({"address": cluster.scheduler_address, "pid": os.getpid()})
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            closing = cluster.close(timeout=CLOSE_TIMEOUT_S - 2)
+            if closing is not None:  # (an asynchronous cluster's close is awaitable)
+                await asyncio.wait_for(closing, CLOSE_TIMEOUT_S - 1)
+
+
+def _announce(message: dict[str, Any]) -> None:
+    """The one line the server waits for; stdout is closed after it (a full pipe would block this process)."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The lab server's embedded Dask cluster (started by the server).")
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--scratch", required=True, help="the cluster's local directory")
+    parser.add_argument("--parent", type=int, required=True, help="the server's pid: this process leaves with it")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops it (SIGTERM)
+    logs.configure(logging.WARNING)
+    configure()
+    watch_parent(parent=args.parent)
+    asyncio.run(serve(args.workers, args.scratch))
+
+
+if __name__ == "__main__":
+    main()

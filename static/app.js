@@ -150,7 +150,7 @@ function draw() {
   // While requests are in flight, each batch of probes moves their clients' lines on.
   const inFlight = race.phase === "racing" && race.responses.length < race.request.concurrency;
   const timeline = `${axis}|${race.responses.length}|${race.soloRuns ? race.soloRuns.length : 0}|${
-    inFlight ? race.pings.length : ""}`;
+    race.warmups ? race.warmups.length : 0}|${inFlight ? race.pings.length : ""}`;
   const tracks = `${axis}|${race.pings.length}`;
   if (timeline !== drawn.timeline) drawTimeline(ui.timeline, current, frame);
   if (tracks !== drawn.tracks) {

@@ -6,10 +6,11 @@ import { plural, sec } from "./format.js";
 // `waits`: the race's workload only waits (a sleep, the upstream): what its runs did not compute was their own wait.
 export function newRace(request, waits = false) {
   return {
+    // warmups: the warm-up requests before them, as each ended ({sent, received, seconds, status});
     // soloRuns: the solo runs t comes from, as each ended ({run, of, sent, received, seconds}); solo: t, once
     // the race starts. pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil,
     // core_wait}), as the load generator sends them
-    request, waits, phase: "connecting", soloRuns: [], solo: null, server: null, capacity: null, responses: [],
+    request, waits, phase: "connecting", warmups: [], soloRuns: [], solo: null, server: null, capacity: null, responses: [],
     pings: [], summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
   };
 }
@@ -32,6 +33,11 @@ export function stepWords(race, brief = false) {
       return "connecting";
     case "solo":
       if (brief) return last ? `timing t alone, run ${last.run} of ${last.of}` : "warming up, then timing t alone";
+      if (!last && race.warmups.length) {
+        const warm = race.warmups[race.warmups.length - 1];
+        return `warming the server up (${plural(race.warmups.length, "request")} answered, the last in ` +
+          `${sec(warm.seconds)}), then timing one request alone: that time is the t in the ideal`;
+      }
       return `timing one request alone (${last ? `run ${last.run} of ${last.of} took ${sec(last.seconds)}`
         : "after warming the server up"}): that time is the t in the ideal`;
     case "racing":
@@ -57,6 +63,9 @@ function apply(race, event) {
   switch (event.event) {
     case "start":
       race.phase = "solo";
+      return true;
+    case "warmup":
+      race.warmups.push(event);
       return true;
     case "solo":
       race.soloRuns.push(event);

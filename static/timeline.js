@@ -28,6 +28,7 @@ export function frameFor(race, width, fixedSpan = null) {
   }
   let span = origin === null ? 1 : latest - origin;
   if (race && soloSoFar(race)) span = Math.max(span, soloSoFar(race));
+  else if (race && race.warmups.length) span = Math.max(span, ...race.warmups.map((warm) => warm.seconds));
   if (race && race.summary) span = Math.max(span, headline(race.summary).ideal, race.summary.elapsed_s);
   span = fixedSpan || roundSpan(Math.max(span * 1.04, 0.01));
   const plot = width - left - right;
@@ -116,6 +117,20 @@ function drawSolo(svg, race, f) {
     const outside = f.left + w + 8 + text.length * 7 <= f.width;
     el("text", { x: outside ? f.left + w + 6 : f.left + w - 6, y: TOP + SOLO_ROW / 2 + 4,
       "text-anchor": outside ? "start" : "end", class: outside ? "solo-label" : "solo-label inside" }, ref, text);
+  } else if (race.warmups.length) {
+    // Before t: the warm-up requests, as they end (lighter: loaded, not alone), so the server is seen at work.
+    let longest = 0;
+    for (const warm of race.warmups) {
+      longest = Math.max(longest, warm.seconds);
+      el("rect", { x: f.left, y: TOP + 3, width: Math.max(2, f.dx(warm.seconds)), height: SOLO_ROW - 6, rx: 2,
+        class: "warmup" }, ref);
+    }
+    const n = race.warmups.length;
+    const text = f.narrow ? `warm-up, ${n} done` : `warming up: ${n} answered, then timing it…`;
+    const x = f.left + Math.max(2, f.dx(longest)) + 6;
+    const fits = x + text.length * 7 <= f.width;
+    el("text", { x: fits ? x : f.width - 4, y: TOP + SOLO_ROW / 2 + 4, "text-anchor": fits ? "start" : "end",
+      class: "solo-label" }, ref, text);
   } else if (race.phase === "solo") {
     el("text", { x: f.left + 6, y: TOP + SOLO_ROW / 2 + 4, class: "solo-label" }, ref, "warming up, then timing it…");
   }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -57,7 +58,13 @@ def run_race(url: str, request: Any, headers: dict[str, str] | None = None) -> l
 def test_a_processing_race_streams_every_event_in_order(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     request = {"mode": "processing", "workload": "count", "params": {"n": "300000"}, "concurrency": 4}
-    events = run_race(lab.url, request)
+    streamed = run_race(lab.url, request)
+    # First the warm-up (a second of it), each request as it ends: rounds of as many as can run at once.
+    warmups = [e for e in streamed if e["event"] == "warmup"]
+    kinds = [e["event"] for e in streamed]
+    assert kinds[0] == "start" and kinds[1 : 1 + len(warmups)] == ["warmup"] * len(warmups)
+    assert warmups and len(warmups) % 2 == 0 and all(e["status"] == 200 for e in warmups)
+    events = [e for e in streamed if e["event"] != "warmup"]
     kinds = [e["event"] for e in events]
 
     # The solo runs t comes from, each as it ends, then the race.
@@ -93,6 +100,16 @@ def test_a_processing_race_streams_every_event_in_order(start_server: StartServe
     assert summary["lanes"] == min(2, summary["cores"])
     assert summary["ideal_s"] > 0 and summary["ratio"] > 0
     assert wait_for(lambda: not lab.load_generators())
+
+
+def test_a_blocking_race_warms_up_one_request_at_a_time(server: LabServer) -> None:
+    # Two at once would hold the event loop for both, and the page would see neither until both had run.
+    events = run_race(server.url, {"mode": "blocking", "workload": "sleep", "params": {"seconds": 0.2},
+                                   "concurrency": 2})  # fmt: skip
+    warmups = [e for e in events if e["event"] == "warmup"]
+    assert len(warmups) >= 2 and all(e["status"] == 200 for e in warmups)
+    assert all(later["sent"] >= earlier["received"] for earlier, later in pairwise(warmups))
+    assert events[-1]["event"] == "done"
 
 
 def test_an_async_race_takes_async_params(server: LabServer) -> None:

@@ -37,6 +37,7 @@ from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
 
 EVENTS = """
+{"event": "warmup", "sent", "received", "seconds", "status"}           one per warm-up request, as it ends
 {"event": "solo", "run", "of", "sent", "received", "seconds"}          one per solo run t comes from, as it ends
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
                   "solo_samples_s": [...], "solo_runs", "reps", "capacity": {...} or null}
@@ -127,18 +128,22 @@ def solo_samples(
     return samples, body
 
 
-def warm_up(url: str, concurrency: int, seconds: float, timeout: float) -> int:
+def warm_up(
+    url: str, concurrency: int, seconds: float, timeout: float, emit: Callable[[Event], None] = lambda event: None
+) -> int:
     """Send rounds of `concurrency` simultaneous requests for at least `seconds`; how many were sent.
 
     At least one round. Several seconds of load matter on virtual machines
     whose CPUs speed up under sustained load: solo runs timed on a CPU that
     was idle a moment before would overstate `t`, and skew every ratio built on it.
+    Each request's end is a "warmup" event: a page shows the server at work
+    from the first answer on, not only once `t` is timed.
     """
     deadline = time.monotonic() + seconds
     sent = 0
     while True:
         tags = [with_tag(url, f"warmup{sent + i}") for i in range(concurrency)]
-        threads = [threading.Thread(target=_check_ok, args=(tag, timeout), daemon=True) for tag in tags]
+        threads = [threading.Thread(target=_warm_one, args=(tag, timeout, emit), daemon=True) for tag in tags]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -148,8 +153,9 @@ def warm_up(url: str, concurrency: int, seconds: float, timeout: float) -> int:
             return sent
 
 
-def _check_ok(url: str, timeout: float) -> None:
-    status, body, _, _ = get(url, timeout)
+def _warm_one(url: str, timeout: float, emit: Callable[[Event], None]) -> None:
+    status, body, sent, received = get(url, timeout)
+    emit({"event": "warmup", "sent": sent, "received": received, "seconds": received - sent, "status": status})
     if status != 200:
         print(f"warning: warm-up request {url} answered {status}: {str(body)[:200]}", file=sys.stderr)
 
@@ -180,7 +186,11 @@ def time_solo_runs(spec: RaceSpec, url: str, emit: Callable[[Event], None] = lam
     server's facts."""
     server = spec.server or server_facts(spec.base, spec.timeout)
     if spec.warmup_s > 0:
-        warm_up(url, int(server["cpu_count"]), spec.warmup_s, spec.timeout)
+        # No more at once than can run at once: two /blocking runs sent together hold the event loop for
+        # both, and the server relays nothing meanwhile (a page would wait for both to see either).
+        able = lanes(spec.mode, spec.ran, server)
+        cores = int(server["cpu_count"])
+        warm_up(url, cores if able is None else max(1, min(cores, able)), spec.warmup_s, spec.timeout, emit)
     samples, _ = solo_samples(url, max(1, spec.solo_runs), spec.timeout, emit)
     # Once more, as the race will find it: the first request may have started
     # what the mode runs on (the embedded Dask cluster starts on first use).

@@ -91,11 +91,11 @@ def why(split: Split, cores: float, chosen: Point, summary: dict[str, dict[str, 
         f"a request computed {split.cpu_ms:.1f} ms ({split.cpu_ms / alone:.0%}, {split.gil_ms:.1f} ms of it holding "
         f"the GIL) and waited {split.wait_ms:.1f} ms ({split.wait_ms / alone:.0%}) of its {alone:.1f} ms alone"
     )
-    threads = 1 + split.wait_ms / split.cpu_ms
+    threads = 1 + (split.wait_ms + split.handoff_ms) / split.cpu_ms
     reason = (
         f"{cores:g} cores' worth of CPU take about {cores * split.gil_ms / split.cpu_ms:.1f} processes "
-        f"(one core of GIL-held work each), and past 1 + wait/cpu = {threads:.1f} threads a process ({chosen.threads} "
-        f"here) one request computes while the others wait"
+        f"(one core of GIL-held work each), and past 1 + (wait + hand-off)/cpu = {threads:.1f} threads a process "
+        f"({chosen.threads} here) one request computes while the others wait"
     )
     measured = summary.get(chosen.label, {})
     return (
@@ -156,7 +156,9 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Cores: {cores['usable']} usable ({cores['note']}); the host gave "
         f"{doc['measured']['reach']['effective_cores']:g} cores' worth just before the sweep, which the predicted "
         f"throughputs are for. Split alone: CPU {split['cpu_ms']} ms (GIL-held "
-        f"{split['gil_ms']} ms), waited {split['wait_ms']} ms, {split['alone_ms']} ms in all; two threads in one "
+        f"{split['gil_ms']} ms), waited {split['wait_ms']} ms, {split['alone_ms']} ms in all; a thread's hand-off "
+        f"to its next request {split.get('handoff_ms', 0)} ms; the load generator's CPU here "
+        f"{split.get('client_cpu_ms', 0)} ms a request (same cores, budgeted); two threads in one "
         f"process: {doc['measured']['gil_wait_ms_two_threads']} ms waiting for the other.",
         "",
         f"Closed load: {doc['plan']['users']} users for {doc['plan']['closed_s']} s; open load: "

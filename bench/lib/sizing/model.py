@@ -2,12 +2,16 @@
 
 A request costs `cpu_ms` of CPU (the server's, all of it: the work and the
 HTTP path), of which `gil_ms` holds the GIL, and waits `wait_ms` on purpose
-(a query, an upstream call, a sleep), holding the thread that serves it for
-hold = cpu + wait; alone it is answered in `alone_ms` (the client's view).
-P processes of T threads each on C usable cores (the quota's worth) can
-never answer more than any of
+(a query, an upstream call, a sleep); between one request and the next a
+thread that always has one queued still idles `handoff_ms` (the server's
+own hand-off: its event loop or accept thread passing the next request on,
+the wake-ups in between), so a request holds its thread for
+hold = cpu + wait + handoff; alone it is answered in `alone_ms` (the
+client's view). The load that measures it runs on the same cores and costs
+`client_cpu_ms` a request. P processes of T threads each on C usable cores
+(the quota's worth) can never answer more than any of
 
-    C / cpu        the cores: every request's CPU comes out of C cores' time
+    C / (cpu + client)   the cores: every request's CPU, and its client's, comes out of C cores' time
     P / gil        the GILs: at most one core of GIL-held work per process
     P * T / hold   the threads: a request holds its thread for hold
 
@@ -19,7 +23,7 @@ Analysis gives that system's throughput exactly: it reaches P / gil only
 slowly past T = hold / gil (1 + wait / cpu for Python code), because the
 threads' GIL-held turns collide. So
 
-    X(P, T) = min(C / cpu, P * MVA(T; gil * slowdown, hold - gil)) * switching(P, T)
+    X(P, T) = min(C / (cpu + client), P * MVA(T; gil * slowdown, hold - gil)) * switching(P, T)
 
 where slowdown is how much slower a process's GIL-held work runs for the
 other processes computing at the same moments: (1 + K) / C when K others
@@ -30,7 +34,8 @@ cores when every thread is busy (one GIL holder a process, plus the work
 that releases the GIL): the context switches and cache refills the
 write-ups blame for 10 x 2 losing to 8 x 8. So the processes come out
 about C * gil / cpu (C for Python code), and the threads a process
-somewhat more than 1 + wait / cpu; `--memory` rules out points whose
+somewhat more than 1 + (wait + handoff) / cpu: a second thread covers the
+first one's hand-off, which one thread a process leaves as idle cores; `--memory` rules out points whose
 processes and threads do not fit. The recommendation is the point of
 highest X, the smallest (fewest processes, then threads) of those within
 TIE of it.
@@ -74,6 +79,10 @@ class Split:
     # How much one request's time varies alone: its squared coefficient of variation (variance / mean²);
     # 1 for times as varied as an exponential's, 0 for a clockwork.
     variation: float = 1.0
+    # A thread's idle time between requests when one is always queued (its server's hand-off), and the load
+    # generator's CPU a request on the same cores: both measured (bench/lib/sizing/probe.py), 0 if unknown.
+    handoff_ms: float = 0.0
+    client_cpu_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cpu_ms <= 0 or self.alone_ms <= 0:
@@ -81,8 +90,8 @@ class Split:
 
     @property
     def hold_ms(self) -> float:
-        """How long a request holds the thread that serves it: its CPU and its wait."""
-        return self.cpu_ms + self.wait_ms
+        """How long a request holds the thread that serves it: its CPU, its wait, and the hand-off to the next."""
+        return self.cpu_ms + self.wait_ms + self.handoff_ms
 
 
 @dataclass(frozen=True)
@@ -160,7 +169,7 @@ def capacity(split: Split, cores: float, point: Point) -> Capacity:
     """X(P, T): the model's throughput for `point` on `cores` cores' worth of CPU."""
     cpu_s, gil_s, hold_s = split.cpu_ms / 1000, split.gil_ms / 1000, split.hold_ms / 1000
     limits = {
-        "cores": cores / cpu_s,
+        "cores": cores / (cpu_s + split.client_cpu_ms / 1000),
         "GIL": point.processes / gil_s if gil_s > 0 else math.inf,
         "threads": point.processes * point.threads / hold_s,
     }

@@ -12,7 +12,15 @@ waiting for a core). Eight at once: the process's throughput with its
 threads busy, whose inverse bounds the GIL-held time of a request (one GIL
 lets one request's GIL-held work run at a time). Memory: RSS, USS and PSS
 of the process after each, and what the threads the busy phase started
-added.
+added. Every phase also takes this process's CPU a request: the load
+generator's, which shares the cores with the server while it is measured.
+
+Then a second server of one process with one thread, QUEUED_USERS users
+back to back, so that a request is always waiting for the thread: the time
+a request takes there beyond its CPU and its wait is the server's hand-off
+(the thread idles while its event loop, or its accept thread, passes the
+next request on): one thread a process leaves that much of every request
+to idle cores, which a second thread fills.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from bench.lib.stats import percentile
 
 BUSY_USERS = 8  # enough threads that a GIL-bound process's GIL is always wanted (1 + wait/cpu below ~4)
 PROBE = Point(1, BUSY_USERS)
+QUEUED = Point(1, 1)
+QUEUED_USERS = 4  # more than its one thread: a request is always queued for it
 TIMING = ("queued_ms", "run_ms", "cpu_ms", "core_wait_ms", "blocked_ms", "gil_wait_ms", "io_wait_ms", "total_ms")
 
 
@@ -54,9 +64,9 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     """`users` back to back for `seconds`: latency, and per request the CPU (less the background), run queue and
     context switches of the serving processes; the envelopes' split on a lab route."""
     processes = server.serving()
-    before = outside.counters(processes)
+    before, client_before = outside.counters(processes), time.process_time()
     tally = traffic.closed(server.url, users, seconds, warmup_s=0.3, keep_bodies=server.target.kind == "lab")
-    used = outside.counters(processes) - before
+    used, client_s = outside.counters(processes) - before, time.process_time() - client_before
     if not tally.ok:
         raise RuntimeError(f"no request to {server.url} was answered with 2xx in {seconds:g} s")
     count = tally.served
@@ -70,6 +80,7 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
         "variation": round(statistics.pvariance(times) / statistics.fmean(times) ** 2, 4),
         "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
         "cpu_ms": round(1000 * max(0.0, used.cpu_s - background * used.at) / count, 3),
+        "client_cpu_ms": round(1000 * client_s / count, 3),  # the load generator's (this process's)
         "run_queue_ms": round(1000 * used.run_queue_s / count, 3),
         "switches": round(used.switches / count, 2),
         "envelope": envelopes(tally) if server.target.kind == "lab" else None,
@@ -77,11 +88,13 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     }
 
 
-def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any]) -> Split:
+def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued: dict[str, Any]) -> Split:
     """The model's split: from the alone phase the CPU from outside (at least the envelope's) and the wait on
     purpose (the envelope's io_wait_ms, else its blocked time alone, else what is neither CPU nor core wait);
     from the busy phase the GIL-held CPU, at most 1 / its throughput (one GIL: one request's GIL-held work at a
-    time, so a process whose threads all want it answers at most 1 / gil a second) and at most the CPU."""
+    time, so a process whose threads all want it answers at most 1 / gil a second) and at most the CPU, and the
+    load generator's CPU a request; from the queued phase (one thread, always a request waiting for it) the
+    hand-off: its time a request, 1 / its throughput, beyond the CPU and the wait."""
     seen = alone["envelope"] or {}
     cpu = max(alone["cpu_ms"], seen.get("cpu_ms") or 0.0, 0.001)
     if target.kind == "lab":
@@ -90,8 +103,10 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any]) -> Spl
     else:
         wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
     gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
-    return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(max(0.0, wait or 0.0), 3), alone["median_ms"],
-                 alone["variation"])  # fmt: skip
+    wait = max(0.0, wait or 0.0)
+    handoff = max(0.0, 1000 / queued["rps"] - cpu - wait) if queued["rps"] > 0 else 0.0
+    return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(wait, 3), alone["median_ms"], alone["variation"],
+                 round(handoff, 3), busy["client_cpu_ms"])  # fmt: skip
 
 
 def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:
@@ -121,6 +136,17 @@ def workload_traits(server: Server, workload: str) -> dict[str, Any]:
     return found[0] if found else {}
 
 
+def queued_phase(target: Target, folder: Path, upstream: str, seconds: float) -> dict[str, Any]:
+    """QUEUED_USERS users on a server of one process with one thread (always stopped): its throughput with a
+    request always waiting, the hand-off's evidence."""
+    server = start(target, QUEUED, folder, upstream)
+    try:
+        get(server.url, 120.0)  # warm
+        return phase(server, QUEUED_USERS, seconds, outside.cpu_rate(server.serving, 0.5))
+    finally:
+        server.stop()
+
+
 def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict[str, Any]:
     """The split, the memory and the evidence, from one server of one process (always stopped)."""
     server = start(target, PROBE, folder, upstream)
@@ -137,12 +163,14 @@ def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict
         stats = get(f"{server.running.url}/stats", 10.0)[1] if target.kind == "lab" else {}
     finally:
         server.stop()
+    queued = queued_phase(target, folder, upstream, seconds)
     return {
-        "split": split_of(target, alone, busy),
+        "split": split_of(target, alone, busy, queued),
         "memory": memory_of(alone, busy),
         "alone": alone,
         "low_load": low,
         "busy": busy,
+        "queued": queued,
         "gil_wait_ms_two_threads": low_load_gil_ms(target, alone, low),
         "traits": traits,
         "native_threads": (stats.get("server", {}) if isinstance(stats, dict) else {}).get("native_threads")

@@ -35,6 +35,9 @@ from lab.web.occupancy import ACCEPT_GRACE_S, Occupancy
 T = TypeVar("T")
 
 
+# A look at what the kernel holds for a connection, without taking it or waiting (one flag set, made once).
+PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
+
 class ClientGone(Exception):
     """The client closed its connection while its request's work was awaited."""
 
@@ -165,7 +168,7 @@ class RequestLife:
         if not isinstance(stream, IOStream):
             return False
         try:
-            return stream.socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            return stream.socket.recv(1, PEEK) == b""
         except BlockingIOError:
             return False  # open, nothing sent since its request
         except OSError:

@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     WARMUP.add(
         parser,
         default=0.0,
-        help="before the solo runs, load the endpoint with one request per core for S seconds (default: 0)",
+        help="before the solo runs, load the endpoint for S seconds with as many requests at once as can run (one per "
+        "core at most) (default: 0)",
     )
     parser.add_argument("--jsonl", action="store_true", help="stream events as JSON lines on stdout")
     OUT.add(parser, help="folder for race.json and timeline PNGs (default: bench/results/race-<stamp>/)")

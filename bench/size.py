@@ -14,7 +14,7 @@
    os.cpu_count(); lab/machine.py).
 3. Predict the best processes x threads from the model in docs/sizing.md
    (at most one core of GIL-held work per process, so processes about the
-   usable cores; threads per process somewhat past 1 + wait/cpu, where their
+   usable cores; threads per process somewhat past 1 + (wait + hand-off)/cpu, where their
    GIL-held turns stop colliding, by Mean Value Analysis; --memory caps
    them), with its throughput and latency (Little's law).
 4. Verify: the predicted point, its neighbours and the rules of thumb

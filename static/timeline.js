@@ -118,13 +118,11 @@ function drawSolo(svg, race, f) {
     el("text", { x: outside ? f.left + w + 6 : f.left + w - 6, y: TOP + SOLO_ROW / 2 + 4,
       "text-anchor": outside ? "start" : "end", class: outside ? "solo-label" : "solo-label inside" }, ref, text);
   } else if (race.warmups.length) {
-    // Before t: the warm-up requests, as they end (lighter: loaded, not alone), so the server is seen at work.
-    let longest = 0;
-    for (const warm of race.warmups) {
-      longest = Math.max(longest, warm.seconds);
-      el("rect", { x: f.left, y: TOP + 3, width: Math.max(2, f.dx(warm.seconds)), height: SOLO_ROW - 6, rx: 2,
-        class: "warmup" }, ref);
-    }
+    // Before t: the warm-up requests, as they end (lighter: loaded, not alone), so the server is seen at work;
+    // the longest drawn, and how many.
+    const longest = Math.max(...race.warmups.map((warm) => warm.seconds));
+    el("rect", { x: f.left, y: TOP + 3, width: Math.max(2, f.dx(longest)), height: SOLO_ROW - 6, rx: 2,
+      class: "warmup" }, ref);
     const n = race.warmups.length;
     const text = f.narrow ? `warm-up, ${n} done` : `warming up: ${n} answered, then timing it…`;
     const x = f.left + Math.max(2, f.dx(longest)) + 6;

@@ -147,9 +147,42 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
     port = int(dask["scheduler"].rsplit(":", 1)[1])
     listening = {c.laddr.port for c in psutil.Process(lab.pid).net_connections("tcp") if c.status == "LISTEN"}
     assert port not in listening
-    owners = [child for child in psutil.Process(lab.pid).children()
-              if any(c.laddr.port == port for c in child.net_connections("tcp") if c.status == "LISTEN")]  # fmt: skip
-    assert len(owners) == 1 and "lab.modes.distributed.cluster_process" in " ".join(owners[0].cmdline())
+    owner = _cluster_process(lab.pid)
+    assert port in {c.laddr.port for c in owner.net_connections("tcp") if c.status == "LISTEN"}
+    assert lab.terminate() == 0
+    assert lab.survivors() == []
+
+
+def _cluster_process(lab_pid: int) -> psutil.Process:
+    found = [child for child in psutil.Process(lab_pid).children()
+             if "lab.modes.distributed.cluster_process" in " ".join(child.cmdline())]  # fmt: skip
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_an_embedded_cluster_whose_process_died_is_started_again(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "1", "--dask-workers", "1")
+    assert get(f"{lab.url}/distributed/sleep?seconds=0", timeout=120).status == 200
+    before = get(f"{lab.url}/stats").json()["server"]["dask"]
+    dead = _cluster_process(lab.pid)
+    workers = dead.children(recursive=True)
+    dead.kill()
+    statuses: list[int] = []
+
+    def served_by_another() -> bool:
+        reply = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=60)
+        statuses.append(reply.status)
+        if reply.status == 503:
+            assert "Retry-After" in reply.headers, reply.body
+            time.sleep(0.5)
+        return reply.status == 200 and get(f"{lab.url}/stats").json()["server"]["dask"]["scheduler"] != before[
+            "scheduler"]  # fmt: skip
+
+    # Meanwhile a clear 503 (the scheduler lost), never a hang; then a new cluster process answers.
+    assert wait_for(served_by_another, timeout=90), statuses
+    assert set(statuses) <= {200, 503}, statuses
+    assert _cluster_process(lab.pid).pid != dead.pid
+    assert wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers))
     assert lab.terminate() == 0
     assert lab.survivors() == []
 
@@ -307,9 +340,9 @@ def test_a_deadline_in_the_loops_own_time_outlasts_a_stall_but_not_a_silence() -
 
 
 def test_a_loop_held_by_blocking_runs_is_not_a_lost_scheduler(start_server: StartServer) -> None:
-    # The embedded scheduler shares the server's event loop. Six 1.5 s /blocking runs back to back hold it for
-    # 9 s with a turn or two between them, so a round trip to the scheduler (a few turns) takes over its 3 s by
-    # the wall clock: the waiting /distributed request got "503 lost the Dask scheduler", though nothing was lost.
+    # The Dask client shares the server's event loop. Six 1.5 s /blocking runs back to back hold it for 9 s with
+    # a turn or two between them, so a round trip to the scheduler (a few turns) takes over its 3 s by the wall
+    # clock: the waiting /distributed request got "503 lost the Dask scheduler", though nothing was lost.
     lab = start_server("--process-pool", "1", "--dask-workers", "1")
     assert get(f"{lab.url}/distributed/sleep?seconds=0", timeout=60).status == 200
     with ThreadPoolExecutor(7) as pool:

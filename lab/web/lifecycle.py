@@ -38,6 +38,7 @@ T = TypeVar("T")
 # A look at what the kernel holds for a connection, without taking it or waiting (one flag set, made once).
 PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 
+
 class ClientGone(Exception):
     """The client closed its connection while its request's work was awaited."""
 

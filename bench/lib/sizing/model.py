@@ -20,7 +20,7 @@ answer: each process is a closed system of T threads, each cycling
 between its GIL (a queue: gil of work a request) and hold - gil away from
 it (its waits, and the work that releases the GIL), and Mean Value
 Analysis gives that system's throughput exactly: it reaches P / gil only
-slowly past T = hold / gil (1 + wait / cpu for Python code), because the
+slowly past T = hold / gil (1 + (wait + handoff) / cpu for Python code), because the
 threads' GIL-held turns collide. So
 
     X(P, T) = min(C / (cpu + client), P * MVA(T; gil * slowdown, hold - gil)) * switching(P, T)

@@ -104,7 +104,9 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued
         wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
     gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
     wait = max(0.0, wait or 0.0)
-    handoff = max(0.0, 1000 / queued["rps"] - cpu - wait) if queued["rps"] > 0 else 0.0
+    # (Less its time queued for a core: on a small machine the load generator's CPU takes turns with the
+    # server's, and is budgeted in the cores bound already, client_cpu_ms.)
+    handoff = max(0.0, 1000 / queued["rps"] - cpu - wait - queued["run_queue_ms"]) if queued["rps"] > 0 else 0.0
     return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(wait, 3), alone["median_ms"], alone["variation"],
                  round(handoff, 3), busy["client_cpu_ms"])  # fmt: skip
 

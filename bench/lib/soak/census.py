@@ -5,7 +5,8 @@ server's supervisor), `server[1]` (the forked child with task id 1; `server`
 when not forked), `upstream`, `processing-worker[0]` (a worker of task 0's
 process pool: any pool whose /stats lists `worker_pids`, Dask's workers as
 `distributed-worker[0]`), `resource-tracker[0]`, `race[0]` (the page's load
-generator), `other[0]`. A replaced worker is a new process in the same
+generator), `dask-cluster[0]` (the embedded Dask cluster's own process),
+`other[0]`. A replaced worker is a new process in the same
 role, so the soak compares like with like: per role, never per pid. Where a
 role has several members (a pool of two workers) each gets a key,
 `processing-worker[0]#1`, numbered by age, for its RSS series.
@@ -30,7 +31,7 @@ MARKS = (
     ("lab.modes.upstream.server", "upstream"),
     ("resource_tracker", "resource-tracker"),
     ("bench.race", "race"),
-    ("lab.modes.distributed.embedded", "dask-cluster"),
+    ("lab.modes.distributed.cluster_process", "dask-cluster"),
 )
 
 

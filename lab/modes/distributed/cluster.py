@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import tempfile
 import time
 import uuid
@@ -176,19 +175,21 @@ class Cluster:
         return client
 
     async def _start_embedded(self) -> Client:
-        """A client of the embedded cluster, started first (again, if its process has died)."""
-        if self._cluster is None or not self._cluster.alive:
-            if self._cluster is not None:
-                log.warning("the embedded Dask cluster's process has gone: starting a new one")
-                await self._cluster.stop()
+        """A client of the embedded cluster, started first (again, if its process has gone)."""
+        if self._cluster is not None and not self._cluster.alive:
+            log.warning("the embedded Dask cluster's process has gone: starting a new one")
+            await self._cluster.stop()
+            self._cluster = None
+        if self._cluster is None:
             log.info("starting the embedded Dask cluster: %d single-threaded worker process(es)", self.workers)
             self.view["state"] = "starting"
             # A directory of its own, not Dask's machine-wide default
             # (/tmp/dask-scratch-space): its workers put their local directory
             # first on sys.path, where a package another client uploaded to
             # some other cluster (UploadDirectory) would shadow this project's.
-            self._cluster = EmbeddedCluster(self.workers, tempfile.mkdtemp(prefix="lab-dask-"))
-            await self._cluster.start()
+            cluster = EmbeddedCluster(self.workers, tempfile.mkdtemp(prefix="lab-dask-"))
+            await cluster.start()  # (one that fails is stopped, its directory removed)
+            self._cluster = cluster
         assert self._cluster.address is not None  # known once started
         client: Client = await distributed.Client(self._cluster.address, asynchronous=True, timeout=CONNECT_TIMEOUT_S)
         return client
@@ -322,8 +323,7 @@ class Cluster:
         await self.disconnect()
         cluster, self._cluster = self._cluster, None
         if cluster is not None:
-            await cluster.stop()
-            shutil.rmtree(cluster.scratch, ignore_errors=True)
+            await cluster.stop()  # (its directory removed)
         self.view["state"] = "closed"
 
 

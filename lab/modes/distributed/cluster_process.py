@@ -1,10 +1,12 @@
-"""The embedded Dask cluster's own process: a LocalCluster whose scheduler address it prints, then serves until SIGTERM.
+"""The embedded Dask cluster's own process: a LocalCluster, its scheduler's address announced, served until SIGTERM.
 
-Started by the server (lab/modes/distributed/embedded.py), never by hand. It
-ignores SIGINT (a Ctrl-C reaches the whole process group; the server stops
-it) and closes its cluster on SIGTERM, which it also sends itself when its
-server dies (lab/procs.py). Its workers leave with their nannies (Dask's own
-parent-alive pipe).
+Started by the server (lab/modes/distributed/embedded.py), never by hand, in
+a session of its own (a Ctrl-C at the terminal is the server's to handle;
+SIGINT is ignored here all the same). It closes its cluster on SIGTERM,
+which it also sends itself when its server dies (lab/procs.py), or when its
+scheduler has stopped; then it removes its scratch directory. Its workers
+leave with their nannies (Dask's own parent-alive pipe). The address goes
+down `--announce-fd`, a pipe only this process holds, closed once written.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
-import sys
 from typing import Any
 
 import distributed
@@ -34,10 +36,10 @@ from lab.procs import watch_parent
 # its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
 # keys: a nanny merges this over its own config one level deep, then each
 # worker applies it with dask.config.set.)
-# The workers share the terminal's process group, so a Ctrl-C reaches them
-# too and each printed a KeyboardInterrupt traceback; they are stopped through
-# their nannies, so they ignore SIGINT. A preload given as code (it has a
-# space) runs in each worker process as it starts.
+# They are stopped through their nannies, never by a SIGINT (a terminal's
+# Ctrl-C to a process group once made each print a KeyboardInterrupt
+# traceback), so they ignore it. A preload given as code (it has a space)
+# runs in each worker process as it starts.
 IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
@@ -46,39 +48,45 @@ WORKER_CONFIG = {
 }
 
 
-async def serve(workers: int, scratch: str) -> None:
+async def serve(workers: int, scratch: str, announce: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    cluster = await distributed.LocalCluster(
-        local_directory=scratch,
-        asynchronous=True,
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
-        dashboard_address="127.0.0.1:0",
-        scheduler_kwargs={"dashboard": False},
-        config=WORKER_CONFIG,  # passed on to each worker's nanny
-    )
     try:
-        _announce({"address": cluster.scheduler_address, "pid": os.getpid()})
-        await stop.wait()
+        cluster = await distributed.LocalCluster(
+            local_directory=scratch,
+            asynchronous=True,
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            # Its HTTP routes on a free loopback port, and no dashboard (it would need bokeh).
+            dashboard_address="127.0.0.1:0",
+            scheduler_kwargs={"dashboard": False},
+            config=WORKER_CONFIG,  # passed on to each worker's nanny
+        )
+        try:
+            _announce(announce, {"address": cluster.scheduler_address, "pid": os.getpid()})
+            # Until told to stop, or until the scheduler has stopped by itself (the server then starts another).
+            scheduler = cluster.scheduler
+            assert scheduler is not None  # (a started LocalCluster's, in this process)
+            waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(scheduler.finished())}
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in pending:
+                wait.cancel()
+        finally:
+            with contextlib.suppress(Exception):
+                closing = cluster.close(timeout=CLOSE_TIMEOUT_S - 2)
+                if closing is not None:  # (an asynchronous cluster's close is awaitable)
+                    await asyncio.wait_for(closing, CLOSE_TIMEOUT_S - 1)
     finally:
-        with contextlib.suppress(Exception):
-            closing = cluster.close(timeout=CLOSE_TIMEOUT_S - 2)
-            if closing is not None:  # (an asynchronous cluster's close is awaitable)
-                await asyncio.wait_for(closing, CLOSE_TIMEOUT_S - 1)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _announce(message: dict[str, Any]) -> None:
-    """The one line the server waits for; stdout is closed after it (a full pipe would block this process)."""
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+def _announce(fd: int, message: dict[str, Any]) -> None:
+    """The one line the server waits for, down its pipe, which is then closed."""
+    with os.fdopen(fd, "w") as pipe:
+        pipe.write(json.dumps(message) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,12 +94,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--scratch", required=True, help="the cluster's local directory")
     parser.add_argument("--parent", type=int, required=True, help="the server's pid: this process leaves with it")
+    parser.add_argument("--announce-fd", type=int, required=True, help="a pipe for the scheduler's address")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops it (SIGTERM)
     logs.configure(logging.WARNING)
     configure()
     watch_parent(parent=args.parent)
-    asyncio.run(serve(args.workers, args.scratch))
+    asyncio.run(serve(args.workers, args.scratch, args.announce_fd))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
 
 from lab import ROOT  # the project, put on the cluster process's path
@@ -37,7 +38,7 @@ CLOSE_TIMEOUT_S = 15.0
 
 
 class EmbeddedCluster:
-    """The server's side of the cluster process: start it, learn its address, stop it."""
+    """The server's side of the cluster process: start it, learn its address, stop it (its scratch removed)."""
 
     def __init__(self, workers: int, scratch: str) -> None:
         self.workers = workers
@@ -50,39 +51,57 @@ class EmbeddedCluster:
         return self.process is not None and self.process.returncode is None
 
     async def start(self) -> str:
-        """Start the cluster process and wait for its scheduler's address (RuntimeError if it never comes)."""
+        """Start the cluster process and wait for its scheduler's address (RuntimeError if it never comes).
+
+        The address comes down a pipe of its own, which only the cluster process
+        holds (its workers, spawned, get none of its descriptors): on stdout, every
+        worker would hold it open, and the server would wait for them all to read
+        its end. Its own session: a Ctrl-C at the terminal is the server's to
+        handle, and the server stops it.
+        """
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        reading, writing = os.pipe()
         command = ["-m", "lab.modes.distributed.cluster_process", "--workers", str(self.workers),
-                   "--scratch", self.scratch, "--parent", str(os.getpid())]  # fmt: skip
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable, *command,
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, env=env,
-        )  # fmt: skip
-        assert self.process.stdout is not None
+                   "--scratch", self.scratch, "--parent", str(os.getpid()), "--announce-fd", str(writing)]  # fmt: skip
         try:
-            line = await asyncio.wait_for(self.process.stdout.readline(), START_TIMEOUT_S)
-        except TimeoutError:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, *command, stdin=asyncio.subprocess.DEVNULL, env=env, pass_fds=(writing,),
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            os.close(writing)
+        line = ""
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(_first_line, reading), START_TIMEOUT_S)
+            self.address = str(json.loads(line)["address"])
+        except (TimeoutError, ValueError, KeyError, TypeError) as error:
+            code = self.process.returncode
             await self.stop()
-            raise RuntimeError(f"the embedded Dask cluster did not start in {START_TIMEOUT_S:g} s") from None
-        if not line:
-            code = await self.process.wait()
-            raise RuntimeError(f"the embedded Dask cluster exited with code {code} before it was ready "
-                               "(its output is in this server's log)")  # fmt: skip
-        self.address = str(json.loads(line)["address"])
+            why = (f"did not start in {START_TIMEOUT_S:g} s" if isinstance(error, TimeoutError)
+                   else f"exited with code {code} before it was ready" if not line
+                   else f"sent {line[:100]!r}, not its scheduler's address")  # fmt: skip
+            raise RuntimeError(f"the embedded Dask cluster {why} (its output is in this server's log)") from None
         log.info("embedded Dask cluster process %d: scheduler %s", self.process.pid, self.address)
         return self.address
 
     async def stop(self) -> None:
         """SIGTERM, and its cluster closes (its nannies stop their workers); SIGKILL if that takes too long."""
         process, self.process = self.process, None
-        if process is None or process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), CLOSE_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("the embedded Dask cluster did not close in %g s: killed", CLOSE_TIMEOUT_S)
+        if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+                process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("the embedded Dask cluster did not close in %g s: killed", CLOSE_TIMEOUT_S)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), CLOSE_TIMEOUT_S)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _first_line(fd: int) -> str:
+    """The first line written to pipe `fd` ("" if its writer closed it first); `fd` is closed."""
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.readline().decode(errors="replace")

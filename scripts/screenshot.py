@@ -108,7 +108,8 @@ def fill(page: Page, work: Work) -> None:
 def compare(page: Page, work: Work, out: Path | None, readme: Path | None, name: str) -> dict[str, Any]:
     """Press Compare all modes and follow it: the series' pictures in `out` (if any), the README's at mid-race.
 
-    Returns when (seconds after the click) the first solo bar and the first request's bar were drawn.
+    Returns when (seconds after the click) the first bar of the "alone" row (a warm-up request's, then t) and
+    the first request's bar were drawn.
     """
     seen: dict[str, Any] = {"viewport": name}
     if out is not None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -22,6 +23,7 @@ import pytest
 from lab import ROOT
 from lab.modes.distributed.cluster_process import prune_spans
 from lab.modes.distributed.stalls import within_awake
+from lab.modes.distributed.worker_preload import forget_span_metrics
 from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
@@ -150,6 +152,9 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
     assert port not in listening
     owner = _cluster_process(lab.pid)
     assert port in {c.laddr.port for c in owner.net_connections("tcp") if c.status == "LISTEN"}
+    # Each of its workers ran the lab's preload (it forgets the metrics Dask keeps per span).
+    with distributed.Client(dask["scheduler"], timeout=30) as client:
+        assert set(client.run(_runs_the_preload).values()) == {True}
     assert lab.terminate() == 0
     assert lab.survivors() == []
 
@@ -400,6 +405,22 @@ def test_a_tls_cluster_admits_the_lab_with_its_certificate_only(tmp_path: Path, 
         assert refused.returncode == 2 and "--dask-tls-ca" in refused.stderr
     finally:
         dask.stop()
+
+
+def _runs_the_preload(dask_worker: distributed.Worker) -> bool:
+    return hasattr(dask_worker, "lab_pruning") and not dask_worker.lab_pruning.done()
+
+
+def test_a_worker_forgets_only_the_metrics_it_keeps_per_span() -> None:
+    worker = SimpleNamespace(
+        digests_total={("execute", "span-1", "count", "thread-cpu", "seconds"): 1.0, ("latency",): 0.1,
+                       ("p2p", "span-2", "disk-read", "count"): 3, "tick-duration": 0.5},
+        digests_max={("execute", "span-1", "count", "thread-cpu", "seconds"): 1.0, "tick-duration": 0.5},
+    )  # fmt: skip
+    assert forget_span_metrics(worker) == 3
+    assert worker.digests_total == {("latency",): 0.1, "tick-duration": 0.5}
+    assert worker.digests_max == {"tick-duration": 0.5}
+    assert forget_span_metrics(worker) == 0
 
 
 def _prune(dask_scheduler: distributed.Scheduler) -> int:

@@ -36,15 +36,13 @@ from lab.procs import watch_parent
 # its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
 # keys: a nanny merges this over its own config one level deep, then each
 # worker applies it with dask.config.set.)
-# They are stopped through their nannies, never by a SIGINT (a terminal's
-# Ctrl-C to a process group once made each print a KeyboardInterrupt
-# traceback), so they ignore it. A preload given as code (it has a space)
-# runs in each worker process as it starts.
-IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)"
+# Each worker imports lab/modes/distributed/worker_preload.py as it starts
+# (a nanny's preload): it ignores SIGINT and forgets the metrics Dask keeps
+# per span.
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.gil.enabled": True,
-    "distributed.worker.preload": [IGNORE_SIGINT],
+    "distributed.worker.preload": ["lab.modes.distributed.worker_preload"],
 }
 
 

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from lab import ROOT
-from lab.modes.distributed.cluster_process import prune_spans
+from lab.modes.distributed.cluster_process import forgive_retired_spans, prune_spans
 from lab.modes.distributed.stalls import within_awake
 from lab.modes.distributed.worker_preload import forget_span_metrics
 from tests.conftest import StartServer
@@ -423,6 +423,17 @@ def test_a_worker_forgets_only_the_metrics_it_keeps_per_span() -> None:
     assert forget_span_metrics(worker) == 0
 
 
+def _heartbeat(metrics: dict[tuple[str, ...], float], dask_scheduler: distributed.Scheduler) -> dict[Any, float]:
+    """What the scheduler adds to its one span from a heartbeat's `metrics`, forgiving spans it dropped."""
+    forgive_retired_spans(dask_scheduler)
+    spans = dask_scheduler.extensions["spans"]
+    (live,) = spans.spans.values()
+    before = dict(live._cumulative_worker_metrics)
+    spans.heartbeat(None, metrics)
+    return {key: value - before.get(key, 0) for key, value in live._cumulative_worker_metrics.items()
+            if value != before.get(key, 0)}  # fmt: skip
+
+
 def _prune(dask_scheduler: distributed.Scheduler) -> int:
     return prune_spans(dask_scheduler)
 
@@ -442,7 +453,14 @@ def test_spans_of_forgotten_tasks_are_dropped_and_live_ones_kept() -> None:
         assert wait_for(lambda: len(scheduler.tasks) == 1)  # the twenty forgotten, the held one kept
         before = len(spans.spans)
         assert before >= 2  # (a span is shared while its task group lives: here a few, one per group)
+        gone = next(span_id for span_id in spans.spans if span_id != scheduler.tasks[held.key].group.span_id)
         assert client.run_on_scheduler(_prune) == before - 1
-        assert list(spans.spans) == [scheduler.tasks[held.key].group.span_id]  # the live task's span stays
+        live = scheduler.tasks[held.key].group.span_id
+        assert list(spans.spans) == [live]  # the live task's span stays
         assert client.run_on_scheduler(_prune) == 0
+        # A worker's heartbeat may still carry a dropped span's metrics: they are dropped, not a KeyError
+        # (which makes the worker close itself).
+        metrics = {("execute", gone, "int", "thread-cpu", "seconds"): 1.0,
+                   ("execute", live, "int", "thread-cpu", "seconds"): 2.0}  # fmt: skip
+        assert client.run_on_scheduler(_heartbeat, metrics) == {("execute", "int", "thread-cpu", "seconds"): 2.0}
         assert client.submit(int, 7, pure=False).result() == 7  # and the scheduler goes on

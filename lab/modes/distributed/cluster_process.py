@@ -84,7 +84,23 @@ def prune_spans(scheduler: distributed.Scheduler) -> int:
     return len(dropped)
 
 
+def forgive_retired_spans(scheduler: distributed.Scheduler) -> None:
+    """Workers report metrics per span with their heartbeats, and may report a span just dropped: the
+    scheduler's extension looks each up and, on a KeyError, the worker closes itself. Metrics for a span
+    no longer kept are dropped instead (nothing reads them)."""
+    spans = scheduler.extensions.get("spans")
+    if spans is None:
+        return
+    heartbeat = spans.heartbeat
+
+    def kept_only(ws: Any, data: dict[tuple[Any, ...], float]) -> None:
+        heartbeat(ws, {key: value for key, value in data.items() if key[1] in spans.spans})
+
+    spans.heartbeat = kept_only
+
+
 async def _prune_spans_now_and_then(scheduler: distributed.Scheduler) -> None:
+    forgive_retired_spans(scheduler)
     while True:
         await asyncio.sleep(PRUNE_EVERY_S)
         prune_spans(scheduler)

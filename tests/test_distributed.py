@@ -21,9 +21,8 @@ import psutil
 import pytest
 
 from lab import ROOT
-from lab.modes.distributed.cluster_process import forgive_retired_spans, prune_spans
+from lab.modes.distributed.spans import forget_span_metrics, forgive_retired_spans, prune_spans
 from lab.modes.distributed.stalls import within_awake
-from lab.modes.distributed.worker_preload import forget_span_metrics
 from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
@@ -152,9 +151,13 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
     assert port not in listening
     owner = _cluster_process(lab.pid)
     assert port in {c.laddr.port for c in owner.net_connections("tcp") if c.status == "LISTEN"}
-    # Each of its workers ran the lab's preload (it forgets the metrics Dask keeps per span).
+    # Each of its workers ran the lab's preload (it forgets the metrics Dask keeps per span), and ignores SIGINT
+    # as the cluster's process does (a terminal's Ctrl-C made each print a traceback); its scheduler prunes spans.
     with distributed.Client(dask["scheduler"], timeout=30) as client:
         assert set(client.run(_runs_the_preload).values()) == {True}
+        assert client.run_on_scheduler(_prunes_spans)
+    for pid in [owner.pid, *pids]:
+        assert _ignores_sigint(pid), pid
     assert lab.terminate() == 0
     assert lab.survivors() == []
 
@@ -408,7 +411,18 @@ def test_a_tls_cluster_admits_the_lab_with_its_certificate_only(tmp_path: Path, 
 
 
 def _runs_the_preload(dask_worker: distributed.Worker) -> bool:
-    return hasattr(dask_worker, "lab_pruning") and not dask_worker.lab_pruning.done()
+    return dask_worker.periodic_callbacks["lab-forget-span-metrics"].is_running()
+
+
+def _prunes_spans(dask_scheduler: distributed.Scheduler) -> bool:
+    return dask_scheduler.periodic_callbacks["lab-prune-spans"].is_running()
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """SIGINT's bit in the process's mask of ignored signals (/proc/PID/status, SigIgn)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(ignored & (1 << (signal.SIGINT - 1)))
 
 
 def test_a_worker_forgets_only_the_metrics_it_keeps_per_span() -> None:

@@ -26,6 +26,7 @@ import distributed
 from lab import logs
 from lab.modes.distributed.cluster import configure
 from lab.modes.distributed.embedded import CLOSE_TIMEOUT_S
+from lab.modes.distributed.spans import keep_spans_bounded
 from lab.procs import watch_parent
 
 # What the embedded cluster's workers run with (their nannies pass it to each
@@ -36,74 +37,14 @@ from lab.procs import watch_parent
 # its own settings (docs/operating.md, "A Dask cluster of your own"). (Dotted
 # keys: a nanny merges this over its own config one level deep, then each
 # worker applies it with dask.config.set.)
-# Each worker imports lab/modes/distributed/worker_preload.py as it starts
-# (a nanny's preload): it ignores SIGINT and forgets the metrics Dask keeps
-# per span.
+# Each worker imports lab/modes/distributed/spans.py as its nanny's preload:
+# it forgets the metrics Dask keeps per span. (SIGINT, which main() ignores
+# here, stays ignored in the workers: a disposition an exec inherits.)
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.gil.enabled": True,
-    "distributed.worker.preload": ["lab.modes.distributed.worker_preload"],
+    "distributed.worker.preload": ["lab.modes.distributed.spans"],
 }
-
-
-# How often finished spans are forgotten (below).
-PRUNE_EVERY_S = 30.0
-
-
-def prune_spans(scheduler: distributed.Scheduler) -> int:
-    """Forget the spans whose task groups the scheduler has forgotten; how many were dropped.
-
-    Dask keeps every span forever (dask/distributed#7977), and each request
-    the lab sends on its own makes one: a soak's hour of /distributed grew the
-    scheduler's process by 45 MB (about 4.7 KB a task). A span none of whose
-    task groups is still the scheduler's can never be given a task again (a
-    new task makes a new group, and a new span), so it is dropped, its
-    children with it, and the groups it held are freed.
-    """
-    spans = scheduler.extensions.get("spans")
-    if spans is None:
-        return 0
-    live = scheduler.task_groups
-
-    def forgotten(root: Any) -> bool:
-        return all(live.get(group.name) is not group for group in root.traverse_groups())
-
-    dropped = {span.id for root in spans.root_spans if forgotten(root) for span in root.traverse_spans()}
-    if not dropped:
-        return 0
-    spans.root_spans = [root for root in spans.root_spans if root.id not in dropped]
-    for span_id in dropped:
-        spans.spans.pop(span_id, None)
-    for index in (spans.spans_search_by_name, spans.spans_search_by_tag):
-        for key, members in list(index.items()):
-            kept = [span for span in members if span.id not in dropped]
-            if kept:
-                index[key] = kept
-            else:
-                del index[key]
-    return len(dropped)
-
-
-def forgive_retired_spans(scheduler: distributed.Scheduler) -> None:
-    """Workers report metrics per span with their heartbeats, and may report a span just dropped: the
-    scheduler's extension looks each up and, on a KeyError, the worker closes itself. Metrics for a span
-    no longer kept are dropped instead (nothing reads them)."""
-    spans = scheduler.extensions.get("spans")
-    if spans is None:
-        return
-    heartbeat = spans.heartbeat
-
-    def kept_only(ws: Any, data: dict[tuple[Any, ...], float]) -> None:
-        heartbeat(ws, {key: value for key, value in data.items() if key[1] in spans.spans})
-
-    spans.heartbeat = kept_only
-
-
-async def _prune_spans_now_and_then(scheduler: distributed.Scheduler) -> None:
-    forgive_retired_spans(scheduler)
-    while True:
-        await asyncio.sleep(PRUNE_EVERY_S)
-        prune_spans(scheduler)
 
 
 async def serve(workers: int, scratch: str, announce: int) -> None:
@@ -128,10 +69,10 @@ async def serve(workers: int, scratch: str, announce: int) -> None:
             # Until told to stop, or until the scheduler has stopped by itself (the server then starts another).
             scheduler = cluster.scheduler
             assert scheduler is not None  # (a started LocalCluster's, in this process)
-            pruning = asyncio.ensure_future(_prune_spans_now_and_then(scheduler))
+            keep_spans_bounded(scheduler)
             waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(scheduler.finished())}
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in (*pending, pruning):
+            for wait in pending:
                 wait.cancel()
         finally:
             with contextlib.suppress(Exception):

@@ -9,13 +9,10 @@ switch interval or more behind them: with the cluster on the server's loop,
 1.0 to 1.8 times without it (docs/results.md#overhead). So the server starts
 `python -m lab.modes.distributed.cluster_process`, which runs a LocalCluster
 (scheduler and nannies on its own loop, each worker a process of its nanny)
-and prints the scheduler's address as one JSON line; the server then
-connects to it as a client, as to any cluster.
-
-The cluster process ignores SIGINT (a Ctrl-C reaches the whole process group;
-the server stops it) and closes its cluster on SIGTERM, which it also sends
-itself when its server dies (lab/procs.py). Its workers leave with their
-nannies (Dask's own parent-alive pipe).
+and sends the scheduler's address back down a pipe; the server then
+connects to it as a client, as to any cluster. What the cluster process
+does on its side (its own session, SIGTERM, leaving with the server) is in
+its own docstring.
 """
 
 from __future__ import annotations

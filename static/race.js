@@ -10,8 +10,8 @@ export function newRace(request, waits = false) {
     // soloRuns: the solo runs t comes from, as each ended ({run, of, sent, received, seconds}); solo: t, once
     // the race starts. pings: the probes in batches ({from, to, count, failed, p50_ms, max_ms, worst, gil,
     // core_wait}), as the load generator sends them
-    request, waits, phase: "connecting", warmups: [], soloRuns: [], solo: null, server: null, capacity: null, responses: [],
-    pings: [], summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
+    request, waits, phase: "connecting", warmups: [], soloRuns: [], solo: null, server: null, capacity: null,
+    responses: [], pings: [], summary: null, error: null, laneColours: new Map(), lastEventAt: performance.now(),
   };
 }
 
@@ -20,6 +20,11 @@ export function soloSoFar(race) {
   if (race.solo) return race.solo;
   const seconds = race.soloRuns.map((run) => run.seconds).sort((a, b) => a - b);
   return seconds.length ? seconds[Math.floor((seconds.length - 1) / 2)] : null;
+}
+
+// The longest warm-up request so far, in seconds (0 before any).
+export function longestWarmup(race) {
+  return Math.max(0, ...race.warmups.map((warm) => warm.seconds));
 }
 
 // Where the race is, in a few words: "timing one request alone (run 2 of 3 took 0.35 s)…", "racing, 4 of 10

@@ -4,7 +4,7 @@
 import { drawBar } from "./bars.js";
 import { PALETTE, axisLabel, el, roundSpan, sec, threadLabel, ticks } from "./format.js";
 import { headline } from "./ideal.js";
-import { soloSoFar } from "./race.js";
+import { longestWarmup, soloSoFar } from "./race.js";
 
 const TOP = 36;
 const SOLO_ROW = 22;
@@ -28,7 +28,7 @@ export function frameFor(race, width, fixedSpan = null) {
   }
   let span = origin === null ? 1 : latest - origin;
   if (race && soloSoFar(race)) span = Math.max(span, soloSoFar(race));
-  else if (race && race.warmups.length) span = Math.max(span, ...race.warmups.map((warm) => warm.seconds));
+  else if (race && race.warmups.length) span = Math.max(span, longestWarmup(race));
   if (race && race.summary) span = Math.max(span, headline(race.summary).ideal, race.summary.elapsed_s);
   span = fixedSpan || roundSpan(Math.max(span * 1.04, 0.01));
   const plot = width - left - right;
@@ -102,6 +102,17 @@ function fitText(node, room) {
   }
 }
 
+// One bar of the "alone" row, `seconds` long, and its label after it, or inside its end where it would not fit
+// (white on the dark bar of t, dark on a warm-up's light one).
+function soloBar(ref, f, seconds, text, className) {
+  const w = Math.max(2, f.dx(seconds));
+  el("rect", { x: f.left, y: TOP + 3, width: w, height: SOLO_ROW - 6, rx: 2, class: className }, ref);
+  const outside = f.left + w + 8 + text.length * 7 <= f.width;
+  const inside = className === "warmup" ? "solo-label" : "solo-label inside";
+  el("text", { x: outside ? f.left + w + 6 : f.left + w - 6, y: TOP + SOLO_ROW / 2 + 4,
+    "text-anchor": outside ? "start" : "end", class: outside ? "solo-label" : inside }, ref, text);
+}
+
 // Reference: one request on an idle server, as its solo runs end (t is their median).
 function drawSolo(svg, race, f) {
   const ref = el("g", { class: "solo" }, svg);
@@ -109,26 +120,15 @@ function drawSolo(svg, race, f) {
     f.narrow ? "alone" : "one request alone");
   const t = soloSoFar(race);
   if (t) {
-    const w = Math.max(2, f.dx(t));
-    el("rect", { x: f.left, y: TOP + 3, width: w, height: SOLO_ROW - 6, rx: 2 }, ref);
     const runs = race.soloRuns;
     const more = !race.solo && runs.length ? ` (run ${runs.length} of ${runs[runs.length - 1].of})` : "";
-    const text = `t = ${sec(t)}${more}`;
-    const outside = f.left + w + 8 + text.length * 7 <= f.width;
-    el("text", { x: outside ? f.left + w + 6 : f.left + w - 6, y: TOP + SOLO_ROW / 2 + 4,
-      "text-anchor": outside ? "start" : "end", class: outside ? "solo-label" : "solo-label inside" }, ref, text);
+    soloBar(ref, f, t, `t = ${sec(t)}${more}`, "");
   } else if (race.warmups.length) {
     // Before t: the warm-up requests, as they end (lighter: loaded, not alone), so the server is seen at work;
     // the longest drawn, and how many.
-    const longest = Math.max(...race.warmups.map((warm) => warm.seconds));
-    el("rect", { x: f.left, y: TOP + 3, width: Math.max(2, f.dx(longest)), height: SOLO_ROW - 6, rx: 2,
-      class: "warmup" }, ref);
     const n = race.warmups.length;
     const text = f.narrow ? `warm-up, ${n} done` : `warming up: ${n} answered, then timing it…`;
-    const x = f.left + Math.max(2, f.dx(longest)) + 6;
-    const fits = x + text.length * 7 <= f.width;
-    el("text", { x: fits ? x : f.width - 4, y: TOP + SOLO_ROW / 2 + 4, "text-anchor": fits ? "start" : "end",
-      class: "solo-label" }, ref, text);
+    soloBar(ref, f, longestWarmup(race), text, "warmup");
   } else if (race.phase === "solo") {
     el("text", { x: f.left + 6, y: TOP + SOLO_ROW / 2 + 4, class: "solo-label" }, ref, "warming up, then timing it…");
   }

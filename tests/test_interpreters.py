@@ -27,9 +27,10 @@ needs_interpreters = pytest.mark.skipif(not AVAILABLE, reason=f"{interp_worker.u
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """A server of this module's own, not the session's shared one: on CPython 3.13.0 a server process in
-    which the embedded Dask cluster had started (other modules' /distributed requests) once aborted with
-    "free(): invalid pointer" on the /interpreters request that followed; not reproduced since
-    (docs/modes.md#interpreters). This module proves the mode; that crash is reported, not hidden here."""
+    which the embedded Dask cluster had started (other modules' /distributed requests; then in the server's
+    own process, now only its client is) once aborted with "free(): invalid pointer" on the /interpreters
+    request that followed; not reproduced since (docs/modes.md#interpreters). This module proves the mode;
+    that crash is reported, not hidden here."""
     with LabServer([], tmp_path_factory.mktemp("interpreters") / "server.log") as lab:
         yield lab
 

@@ -157,8 +157,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{doc['measured']['reach']['effective_cores']:g} cores' worth just before the sweep, which the predicted "
         f"throughputs are for. Split alone: CPU {split['cpu_ms']} ms (GIL-held "
         f"{split['gil_ms']} ms), waited {split['wait_ms']} ms, {split['alone_ms']} ms in all; a thread's hand-off "
-        f"to its next request {split.get('handoff_ms', 0)} ms; the load generator's CPU here "
-        f"{split.get('client_cpu_ms', 0)} ms a request (same cores, budgeted); two threads in one "
+        f"to its next request {split['handoff_ms']} ms; the load generator's CPU here "
+        f"{split['client_cpu_ms']} ms a request (same cores, budgeted); two threads in one "
         f"process: {doc['measured']['gil_wait_ms_two_threads']} ms waiting for the other.",
         "",
         f"Closed load: {doc['plan']['users']} users for {doc['plan']['closed_s']} s; open load: "

@@ -54,18 +54,7 @@ def test_a_short_soak_with_faults_returns_every_count_to_its_baseline_and_leaves
         assert check["matched"] and check["counts"] == baseline["counts"], check["check"]["detail"]
         assert check["orphans"] == []
     roles = {info["role"] for info in doc["processes"].values()}
-    assert {
-        "parent",
-        "upstream",
-        "server[0]",
-        "server[1]",
-        "processing-worker[0]",
-        "processing-worker[1]",
-        "dask-cluster[0]",
-        "dask-cluster[1]",
-        "distributed-worker[0]",
-        "distributed-worker[1]",
-    } <= roles
+    assert {"parent", "upstream", "server[0]", "server[1]", "processing-worker[0]", "processing-worker[1]"} <= roles
     for samples in doc["samples"].values():
         assert {"t", "pid", "rss_bytes", "fds", "threads", "children"} <= set(samples[0])
     rules = {c["rule"] for c in doc["verdict"]["checks"]}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from bench.lib.soak.census import Known, role_of
 from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
 from bench.lib.soak.verdict import (
@@ -185,3 +187,12 @@ def test_the_capacity_is_where_the_first_mode_or_the_cores_fill() -> None:
     assert predict(waits, 2.0, 0.7).cap == 34
     single = [Entry("/blocking/sleep", "blocking", "sleep", 1, False, t_s=0.5)]  # waits: only its lane limits it
     assert predict(single, 2.0, 1.0).bound == "blocking" and predict(single, 2.0, 1.0).capacity_rps == 2.0
+
+
+def test_the_census_names_the_embedded_cluster_process_by_its_command_line() -> None:
+    # (The short soak runs no /distributed: this is where the role is proved.)
+    cluster = SimpleNamespace(pid=42, cmdline=lambda: ["python", "-m", "lab.modes.distributed.cluster_process"])
+    stranger = SimpleNamespace(pid=43, cmdline=lambda: ["python", "-c", "pass"])
+    known = Known(forked=True, servers={7: 1})
+    assert role_of(cluster, known, root=1, owner=1) == "dask-cluster[1]"  # type: ignore[arg-type]
+    assert role_of(stranger, known, root=1, owner=1) == "other[1]"  # type: ignore[arg-type]

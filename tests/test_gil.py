@@ -48,7 +48,11 @@ SIZES: dict[str, dict[str, Any]] = {
     "predict": {"rows": 15_000},
     "sleep": {"seconds": 0.15},
     # Its computing, which is what holds the GIL (its waiting lets go: tests/test_mix.py measures that too).
-    "mix": {"compute_ms": 150.0, "wait_ms": 0.0},
+    # Runs longer than two switch intervals. Each run ends in time.sleep(0), which lets go of the GIL and
+    # takes it back, and a waiter's 250 ms clock starts over whenever another thread takes the GIL: with
+    # 150 ms runs the probe was never let in by force, only when it won the race at a run's end, and read
+    # 580-740 ms on a quiet machine and once 46 ms on a loaded one. 600 ms runs are forced out at 250 ms.
+    "mix": {"compute_ms": 600.0, "wait_ms": 0.0},
     # Its query lets go of the GIL (SQLite's count, and each row fetched); the render between holds it for
     # 200 rows' worth, a few ms: far below what a holder keeps it (tests/test_page_workload.py probes the query).
     "page": {"rows": 200, "db_ms": 100.0},

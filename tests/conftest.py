@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,13 @@ from workloads.page import database
 
 # Workloads imported in-process by unit tests get the same BLAS cap as the server.
 cap_native_threads()
+
+# A suite started in the background of a shell without job control (`make test > log &`, nohup, some CI
+# runners) inherits SIGINT ignored, and so would every tool it starts: bash cannot trap an ignored signal,
+# Python raises no KeyboardInterrupt for one, and the Ctrl-C tests failed on what a user at a terminal never
+# has. Each test process takes Python's own handler back, which its children start from the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 StartServer = Callable[..., LabServer]
 

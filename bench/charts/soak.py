@@ -49,7 +49,7 @@ def _rss(ax: Any, doc: Mapping[str, Any]) -> None:
             label = key if key in lasting and not turn else None
             ax.plot([s["t"] for s in mine], [s["rss_bytes"] / 2**20 for s in mine], style, color=colour, linewidth=1,
                     marker="." if len(mine) == 1 else None, label=label)  # fmt: skip
-    ax.set_ylabel("RSS, MB (each process)")
+    ax.set_ylabel("RSS, MiB (each process)")
     ax.legend(fontsize=6, ncol=3, loc="lower right")
 
 

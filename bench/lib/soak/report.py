@@ -150,8 +150,8 @@ def pings(run: Run) -> list[list[float]]:
 PROCESS_COLUMNS = (
     Column("key", "process", "{}"),
     Column("pids", "pids", "{:d}"),
-    Column("base_mb", "RSS at baseline MB", "{:.1f}"),
-    Column("end_mb", "RSS at end MB", "{:.1f}"),
+    Column("base_mb", "RSS at baseline MiB", "{:.1f}"),
+    Column("end_mb", "RSS at end MiB", "{:.1f}"),
     Column("growth", "max growth %", "{:+.1f}"),
     Column("trend", "trend %/h (95 %)", "{}"),
     Column("fds", "fds base/end", "{}"),

@@ -108,10 +108,16 @@ async def soak(run: Run, say: Callable[[str], None]) -> None:
         await traffic.drain()
 
 
+def rehearsal_order(faults: Sequence[str]) -> list[str]:
+    """The faults as the warm-up strikes them: a kill-child first, since its replacement starts cold (without
+    the memory a server gains as it meets the traffic) and then has the whole warm-up to warm."""
+    return sorted(faults, key=lambda name: name != "kill-child")
+
+
 async def _warm_up(run: Run, scene: Scene, traffic: Traffic) -> None:
     run.phase = "warm-up"
     if run.plan.rehearse:
-        for name in run.plan.faults:
+        for name in rehearsal_order(run.plan.faults):
             _close_last(run)
             run.faults.append(await strike(scene, name, len(run.faults), "rehearsal"))
     await _sleep_until(run, run.began + run.plan.warmup_s)
@@ -171,7 +177,7 @@ def progress(run: Run, traffic: Traffic, samples: Sequence[Any]) -> str:
     return (f"soak {_clock(elapsed)}/{_clock(total)} {run.phase:<8} | sent {sum(counts.values()):,} "
             f"ok {counts['ok']:,} error status {counts['error status']:,} aborted {counts['aborted']:,} "
             f"no answer {counts['no answer']:,} held back {traffic.held_back:,} "
-            f"in flight {len(traffic.in_flight)} | {len(samples)} processes {rss:,.0f} MB "
+            f"in flight {len(traffic.in_flight)} | {len(samples)} processes {rss:,.0f} MiB "
             f"{sum(s.fds for s in samples)} fds {sum(s.threads for s in samples)} threads | "
             f"faults {len(run.faults)} ({held} held)")  # fmt: skip
 

@@ -195,4 +195,4 @@ def unexpected_check(unexpected: Mapping[str, int]) -> Check:
 
 
 def _mb(value: float) -> str:
-    return f"{value / 2**20:.1f} MB"
+    return f"{value / 2**20:.1f} MiB"

@@ -38,8 +38,8 @@ def test_a_torn_slot_is_skipped_then_recovered_by_the_next_write() -> None:
     board = Board(1)
     board.write(0, {"n": 1})
     seq, length = struct.unpack_from("<QI", board._mem, 0)
-    struct.pack_into("<QI", board._mem, 0, seq + 1, length)  # a writer killed between its two stores
-    assert board.read(0, attempts=5) is None
+    struct.pack_into("<QI", board._mem, 0, seq + 1, length)  # a writer killed mid-write: its counter odd
+    assert board.read(0, patience_s=0.01) is None
     board.write(0, {"n": 2})
     assert board.read(0) == {"n": 2}
     board.write(0, {"n": 3})
@@ -50,26 +50,31 @@ def test_a_reader_beside_a_writer_in_another_process_gets_whole_documents_only()
     # /metrics once answered 500 during a soak: a reader in one forked server caught another's slot with the
     # new counter and the old length (0), and parsed an empty payload. A writer in a loop makes every moment
     # a mid-write one: with the old stores, two seconds of reads here raised about 200 times and took the
-    # slot for never written (the counter zero-filled by struct.pack_into) about 450 times.
+    # slot for never written (the counter zero-filled by struct.pack_into) about 450 times. A read may still
+    # give up on a slot its writer holds past the patience (descheduled mid-write on a busy host): None.
     board = Board(1)
     board.write(0, {"n": -1, "pad": ""})
     pid = os.fork()
     if pid == 0:
-        n, end = 0, time.monotonic() + 2.0
-        while time.monotonic() < end:
-            board.write(0, {"n": n, "pad": "x" * (n % 50)})  # every length from 2 to 51 characters of pad
-            n += 1
-        os._exit(0)
+        try:
+            n, end = 0, time.monotonic() + 2.0
+            while time.monotonic() < end:
+                board.write(0, {"n": n, "pad": "x" * (n % 50)})  # payloads of many lengths, one after another
+                n += 1
+        finally:
+            os._exit(0)  # never back into pytest in the forked child
     try:
-        reads, last, end = 0, -1, time.monotonic() + 2.0
+        whole, last, end = 0, -1, time.monotonic() + 2.0
         while time.monotonic() < end:
             doc = board.read(0)
-            assert doc is not None and doc["pad"] == "x" * (doc["n"] % 50 if doc["n"] >= 0 else 0), doc
+            if doc is None:
+                continue
+            assert doc["pad"] == "x" * (doc["n"] % 50 if doc["n"] >= 0 else 0), doc
             assert doc["n"] >= last  # never an older document than one read before
-            last, reads = doc["n"], reads + 1
+            last, whole = doc["n"], whole + 1
     finally:
         os.waitpid(pid, 0)
-    assert reads > 100 and last > 100  # both sides really ran at once (some 100,000 each on a quiet machine)
+    assert whole > 100 and last > 100  # both sides really ran at once (some 100,000 each on a quiet machine)
 
 
 def test_request_stats_sum_and_merge() -> None:

@@ -5,9 +5,10 @@ fork, one slot per task id, so every child can read every other child's
 latest numbers without a broker process, a file or a lock. Each slot has one
 writer (the child with that task id) and is guarded by a sequence counter
 (a seqlock): the writer makes the counter odd, writes, makes it even again;
-a reader retries until it sees the same even value before and after. A child
-killed mid-write leaves an odd counter, which readers report as a torn slot
-instead of blocking on a lock nobody will release. A replacement child takes
+a reader retries until it sees the same even value before and after, and the
+payload's checksum matches. A child killed mid-write leaves an odd counter,
+which readers report as a torn slot (after READ_PATIENCE_S) instead of
+blocking on a lock nobody will release. A replacement child takes
 over its predecessor's slot, so its restart is visible and the task's
 totals survive it.
 
@@ -25,17 +26,24 @@ import json
 import mmap
 import struct
 import time
+import zlib
 from typing import Any
 
 # Upper bounds (seconds) of the request-latency histogram's buckets; the last bucket is +Inf.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 SLOT_BYTES = 64 * 1024
-# A slot: its sequence counter, then its payload's length, then the payload. Written as separate fields,
-# in order: the counter is all a reader checks, so the length must be in place before the counter says so.
+# A slot: its sequence counter, its payload's length and CRC-32, then the payload. The writer stores them
+# in this order: the counter odd, the payload, the length and checksum, the counter even. A reader trusts a
+# payload only if the counter was the same even value before and after it, and the checksum matches: the
+# counter alone relies on the stores being seen in order from another process, which x86 promises and
+# ARM does not.
 _SEQ = struct.Struct("<Q")
-_LENGTH = struct.Struct("<I")
-_PAYLOAD_AT = _SEQ.size + _LENGTH.size
+_CHECK = struct.Struct("<II")  # length, CRC-32
+_PAYLOAD_AT = _SEQ.size + _CHECK.size
+# How long a reader waits for a slot being written before it calls it torn: a writer descheduled mid-write
+# on a busy host holds it for a time slice or two (milliseconds); one killed mid-write, for ever.
+READ_PATIENCE_S = 0.05
 
 
 class Board:
@@ -55,7 +63,7 @@ class Board:
         seq += seq & 1  # a writer killed mid-write left it odd: start from the next even value
         self._put(base, _SEQ.pack(seq + 1))  # odd: writing
         self._put(base + _PAYLOAD_AT, payload)
-        self._put(base + _SEQ.size, _LENGTH.pack(len(payload)))
+        self._put(base + _SEQ.size, _CHECK.pack(len(payload), zlib.crc32(payload)))
         self._put(base, _SEQ.pack(seq + 2))  # even: done
 
     def _put(self, at: int, data: bytes) -> None:
@@ -64,24 +72,24 @@ class Board:
         # beside a writer in a loop.
         self._mem[at : at + len(data)] = data
 
-    def read(self, slot: int, attempts: int = 1000) -> dict[str, Any] | None:
-        """The slot's last complete document; None if never written or torn."""
+    def read(self, slot: int, patience_s: float = READ_PATIENCE_S) -> dict[str, Any] | None:
+        """The slot's last complete document; None if never written, or torn for `patience_s`."""
         base = slot * SLOT_BYTES
-        for _ in range(attempts):
+        deadline = time.monotonic() + patience_s
+        while True:
             seq = _SEQ.unpack_from(self._mem, base)[0]
             if seq == 0:
                 return None
             if seq % 2 == 0:
-                length = _LENGTH.unpack_from(self._mem, base + _SEQ.size)[0]
+                length, crc = _CHECK.unpack_from(self._mem, base + _SEQ.size)
                 payload = self._mem[base + _PAYLOAD_AT : base + _PAYLOAD_AT + min(length, SLOT_BYTES - _PAYLOAD_AT)]
-                if _SEQ.unpack_from(self._mem, base)[0] == seq:
-                    # Nothing promises that a copy of the counter's 8 bytes is seen whole from another
-                    # process: JSON that does not parse was torn all the same, and is read again.
-                    with contextlib.suppress(ValueError):
+                if _SEQ.unpack_from(self._mem, base)[0] == seq and zlib.crc32(payload) == crc:
+                    with contextlib.suppress(ValueError):  # (a checksum that matched by chance)
                         doc: dict[str, Any] = json.loads(payload)
                         return doc
+            if time.monotonic() > deadline:
+                return None
             time.sleep(0)
-        return None
 
     def docs(self) -> list[dict[str, Any]]:
         """Every slot's last complete document (never-written and torn slots left out)."""

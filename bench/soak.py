@@ -79,8 +79,9 @@ def _faults(text: str) -> tuple[str, ...]:
 
 # A lab server's RSS climbs for minutes as it meets every route, fault and burst, then levels: in an hour's
 # soak (docs/results.md#soak) server 0 held 151 MiB at a baseline taken after a minute, 155 MiB at 6
-# minutes, 158 MiB at 15 and 159 MiB at 60, and each forked replacement climbed the same way to the same
-# level. That baseline counted the climb as growth; one taken after a fifth of the soak does not.
+# minutes, 156 at 12, 158 at 15 and 159 at 60, and each forked replacement climbed the same way from its
+# start. That baseline counted the climb as growth (+5.5 %); one taken after a fifth of the soak (12
+# minutes of an hour) leaves about 2 % of it, under the 5 % a process may grow.
 WARMUP_SHARE = 0.2
 MIN_WARMUP_S = 60.0
 

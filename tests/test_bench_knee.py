@@ -24,7 +24,7 @@ def test_arrivals_past_capacity_get_503s_from_a_small_max_pending_and_a_queue_wi
     # lets one job wait and on one that lets 10,000 wait: only the first turns requests away. Runs of about
     # 0.1 s (n = 2,000,000). The prediction times t alone, and on a loaded CI machine (the suite runs two
     # tests at once) a t timed 3x slow made a 3x step no faster than the server and nothing was turned away;
-    # at 10x the offered rate stays past capacity unless t is timed more than 5x slow. At that rate, some
+    # at 10x the offered rate stays past capacity unless t is timed 10x slow. At that rate, some
     # 100 arrivals, the 10,000 server's queue takes about 10 s to drain, well inside the step's 66 s.
     out = tmp_path / "knee"
     argv = [sys.executable, "-m", "bench.knee", "--modes", "threading", "--n", "2000000", "--steps", "0.5,10",

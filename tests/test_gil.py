@@ -39,7 +39,7 @@ import pytest
 from workloads.clocks import thread_core_wait, threads_schedstat
 from workloads.registry import WORKLOADS
 
-# Sized to run ~0.1-0.3 s each: long enough for the GIL to show, short for CI.
+# Sized to run ~0.1-0.3 s each (mix 0.6 s, below): long enough for the GIL to show, short for CI.
 SIZES: dict[str, dict[str, Any]] = {
     "count": {"n": 4_000_000},
     "fib": {"n": 28},
@@ -51,7 +51,8 @@ SIZES: dict[str, dict[str, Any]] = {
     # Runs longer than two switch intervals. Each run ends in time.sleep(0), which lets go of the GIL and
     # takes it back, and a waiter's 250 ms clock starts over whenever another thread takes the GIL: with
     # 150 ms runs the probe was never let in by force, only when it won the race at a run's end, and read
-    # 580-740 ms on a quiet machine and once 46 ms on a loaded one. 600 ms runs are forced out at 250 ms.
+    # 580-740 ms on a quiet machine and once 46 ms on a loaded one. 600 ms runs are forced out at 250 ms:
+    # read 250.4 ms (twice) and 314.5 ms on a quiet machine, as `count` reads.
     "mix": {"compute_ms": 600.0, "wait_ms": 0.0},
     # Its query lets go of the GIL (SQLite's count, and each row fetched); the render between holds it for
     # 200 rows' worth, a few ms: far below what a holder keeps it (tests/test_page_workload.py probes the query).

@@ -118,8 +118,10 @@ async def _warm_up(run: Run, scene: Scene, traffic: Traffic) -> None:
     run.phase = "warm-up"
     if run.plan.rehearse:
         for name in rehearsal_order(run.plan.faults):
-            _close_last(run)
-            run.faults.append(await strike(scene, name, len(run.faults), "rehearsal"))
+            fault = await strike(scene, name, len(run.faults), "rehearsal")
+            run.faults.append(fault)
+            await asyncio.sleep(run.plan.recover_s)  # its effects still inside its window, as in the soak
+            fault.close()
     await _sleep_until(run, run.began + run.plan.warmup_s)
     _close_last(run)
     run.phase = "settle"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench.lib.soak.census import Known, role_of
+from bench.lib.soak.faults import mixed_pools, process_pools
 from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
 from bench.lib.soak.run import rehearsal_order
@@ -206,3 +207,18 @@ def test_the_warm_up_is_a_fifth_of_the_soak_and_rehearses_the_kill_child_first()
     order = rehearsal_order(["kill-worker", "disconnect", "job-timeout", "burst", "kill-child"])
     assert order == ["kill-child", "kill-worker", "disconnect", "job-timeout", "burst"]
     assert rehearsal_order(["burst", "disconnect"]) == ["burst", "disconnect"]
+
+
+def test_faults_strike_only_the_pools_of_modes_in_the_mix() -> None:
+    # With --modes async the processing pool gets no traffic and no warm burst: striking it made every later
+    # quiet check count its replacement's descriptors against a warmed pool's baseline.
+    stats = {"processes": [{"task_id": 0, "pools": {
+        "processing": {"kind": "processes", "worker_pids": [11, 12]},
+        "interpreters": {"kind": "processes", "worker_pids": [13]},
+        "threading": {"kind": "threads", "worker_pids": []}}}]}  # fmt: skip
+    scene: Any = SimpleNamespace(mix_doc={"entries": [SimpleNamespace(mode="async"), SimpleNamespace(mode=None),
+                                                      SimpleNamespace(mode="processing")]})  # fmt: skip
+    assert mixed_pools(scene, stats) == [(0, "processing", [11, 12])]
+    assert [pool[1] for pool in process_pools(stats)] == ["processing", "interpreters"]
+    scene.mix_doc["entries"] = [SimpleNamespace(mode="async")]
+    assert mixed_pools(scene, stats) == []

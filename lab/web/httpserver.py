@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -155,11 +156,17 @@ class LabHTTPServer(HTTPServer):
             self.lifecycle.connected(stream)
         # Tornado writes the bare 400 from deep inside HTTP1Connection, which
         # offers no hook; swapping those exact bytes on this one stream is the
-        # smallest change that keeps every error in the lab's JSON shape.
-        write = stream.write
+        # smallest change that keeps every error in the lab's JSON shape. The
+        # wrapper holds the stream's own write weakly: a strong reference would
+        # make a cycle (stream -> wrapper -> stream), and every closed connection's
+        # stream and buffers would wait for the cyclic collector instead of going
+        # at once (an upstream held up to 1,175 of them, 2 MB, beside 0 for Tornado's own).
+        write = weakref.WeakMethod(stream.write)
 
         def write_json_errors(data: bytes | memoryview) -> Future[None]:
-            return write(_JSON_400 if data == tornado_private.BARE_400 else data)
+            send = write()
+            assert send is not None  # (only the stream calls it, so the stream is alive)
+            return send(_JSON_400 if data == tornado_private.BARE_400 else data)
 
         stream.write = write_json_errors  # type: ignore[method-assign]
         super().handle_stream(stream, address)

@@ -12,6 +12,7 @@ from bench.lib.soak.census import Known, role_of
 from bench.lib.soak.faults import mixed_pools, process_pools
 from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
+from bench.lib.soak.report import trend_samples
 from bench.lib.soak.run import rehearsal_order
 from bench.lib.soak.verdict import (
     accounting_check,
@@ -222,3 +223,19 @@ def test_faults_strike_only_the_pools_of_modes_in_the_mix() -> None:
     assert [pool[1] for pool in process_pools(stats)] == ["processing", "interpreters"]
     scene.mix_doc["entries"] = [SimpleNamespace(mode="async")]
     assert mixed_pools(scene, stats) == []
+
+
+def test_a_trend_is_fitted_to_the_last_process_once_it_is_as_old_as_the_warm_up() -> None:
+    def sample(t: float, pid: int, phase: str = "traffic") -> dict[str, Any]:
+        return {"t": t, "pid": pid, "rss_bytes": 1, "phase": phase}
+
+    # An hour, the middle at 30 min, a 12 min warm-up. The first process lives to 40 min, its replacement after.
+    series = [*(sample(60.0 * m, 1) for m in range(40)), *(sample(60.0 * m, 2) for m in range(40, 60))]
+    series.append(sample(60.0 * 59.5, 2, phase="settle"))
+    fitted = trend_samples(series, middle=1800.0, warmup_s=720.0)
+    assert [s["t"] / 60 for s in fitted] == [52.0 + m for m in range(8)]  # the replacement's, from 12 min old
+    # A process there from the start: the last half only, its own warm-up long over.
+    assert [s["t"] / 60 for s in trend_samples(series[:40], middle=1800.0, warmup_s=720.0)] == list(range(30, 40))
+    # A replacement younger than the warm-up: nothing to fit (too few samples, not a trend).
+    assert trend_samples([*series[:40], sample(3000.0, 3)], middle=1800.0, warmup_s=720.0) == []
+    assert trend_samples([], middle=1800.0, warmup_s=720.0) == []

@@ -64,17 +64,28 @@ def _fault_check(fault: Any) -> Check:
 
 def rss_checks(run: Run, baseline: Settled) -> list[Check]:
     """Per process key: RSS at every later quiet check within the limit of its baseline, and no upward trend over
-    the last half (samples of the process that holds the key at the end)."""
+    the last half (samples of the process that holds the key at the end, once it is as old as the warm-up)."""
     found = []
     middle = (baseline.at + run.ended) / 2
     for key, base in sorted(baseline.rss.items()):
         readings = [(settled.label, settled.rss[key]) for settled in run.checks if key in settled.rss]
         found.append(growth_check(key, base, readings))
-        series = run.watch.series.get(key, [])
-        last_pid = series[-1]["pid"] if series else None
-        late = [s for s in series if s["t"] >= middle and s["pid"] == last_pid and s["phase"] != "settle"]
+        late = trend_samples(run.watch.series.get(key, []), middle, run.plan.warmup_s)
         found.append(trend_check(key, base, trend([s["t"] for s in late], [s["rss_bytes"] for s in late])))
     return found
+
+
+def trend_samples(series: Sequence[Mapping[str, Any]], middle: float, warmup_s: float) -> list[Mapping[str, Any]]:
+    """The samples a key's trend is fitted to: its last process's, from the last half, outside quiet checks, and
+    none from that process's own first `warmup_s`. A replacement climbs as a new server does (an hour's soak
+    fitted +104 %/h to a pool worker's first two minutes, replaced every five): a climb the baseline's warm-up
+    was there to leave out, not a leak; its growth check still compares it with the baseline."""
+    if not series:
+        return []
+    last_pid = series[-1]["pid"]
+    born = min(s["t"] for s in series if s["pid"] == last_pid)
+    return [s for s in series if s["pid"] == last_pid and s["t"] >= max(middle, born + warmup_s)
+            and s["phase"] != "settle"]  # fmt: skip
 
 
 def _ping(run: Run, records: Sequence[Record], windows: Sequence[Window], baseline: Settled) -> Check:

@@ -49,7 +49,7 @@ import psutil
 from bench.charts import soak as soak_chart
 from bench.lib.args import OUT, PARAM, SERVER_ARGS, TIMEOUT, URL
 from bench.lib.command import check_ranges, new_parser, run_command
-from bench.lib.results import machine_facts, new_results_dir
+from bench.lib.results import commit, machine_facts, new_results_dir
 from bench.lib.servers import LocalServer
 from bench.lib.soak.census import find_root, listens_on
 from bench.lib.soak.faults import FAULTS
@@ -171,10 +171,13 @@ def _measure(url: str, root: int | None, plan: Plan, out: Path, server_args: str
         root = _visible_root(link, notes)
     run = Run(plan, link, LabWatch(link, root))
     cpu_before = psutil.Process().cpu_times(), time.monotonic()
+    # The commit the soak started from: an hour later the checkout may have moved on (an hour's soak recorded
+    # the commit made while it ran), and the code that ran is the code imported now.
+    code = commit()
     try:
         asyncio.run(soak(run, stderr_line))
     finally:
-        _write(run, out, {"url": url, "server_args": server_args, "notes": notes}, cpu_before)
+        _write(run, out, {"url": url, "server_args": server_args, "notes": notes}, cpu_before, code)
     return 0 if json.loads((out / "soak.json").read_text())["verdict"]["ok"] else 1
 
 
@@ -201,7 +204,7 @@ def settings(plan: Plan) -> dict[str, Any]:
     return {**{k: v for k, v in plan.__dict__.items() if k != "choice"}, "faults": list(plan.faults), **mix}
 
 
-def _write(run: Run, out: Path, about: dict[str, Any], began: tuple[Any, float]) -> None:
+def _write(run: Run, out: Path, about: dict[str, Any], began: tuple[Any, float], code: str | None) -> None:
     """soak.json, soak.md, requests.csv and soak.png, whatever state the run ended in."""
     checks = judge(run)
     now, (cpu, monotonic) = psutil.Process().cpu_times(), began
@@ -209,7 +212,7 @@ def _write(run: Run, out: Path, about: dict[str, Any], began: tuple[Any, float])
     wall = round(time.monotonic() - monotonic, 1)
     extra = {**about, "own_server": about["server_args"] is not None,
              "settings": settings(run.plan),
-             "machine": machine_facts(None, soak_cpu_s=round(own_cpu, 1), wall_s=wall,
+             "machine": machine_facts(None, soak_cpu_s=round(own_cpu, 1), wall_s=wall, commit=code,
                                       command=shlex.join(sys.argv))}  # fmt: skip
     doc = document(run, checks, extra)
     (out / "soak.json").write_text(json.dumps(doc, indent=1) + "\n")

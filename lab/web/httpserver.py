@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,17 @@ _JSON_400 = (
     b"Content-Type: application/json; charset=UTF-8\r\nX-Content-Type-Options: nosniff\r\n"
     b"Content-Length: " + str(len(_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BODY
 )
+
+
+class JsonErrorStream(IOStream):
+    """An IOStream that sends the lab's JSON 400 where Tornado writes its bare one: the smallest change that
+    keeps every error in the lab's JSON shape. Given to each accepted stream as its class, not as a wrapper
+    of its write: a wrapper holding the stream made a cycle, and every closed connection's stream and
+    buffers waited for the cyclic collector (an upstream held up to 1,175 of them, 2 MB; Tornado's own
+    server, none)."""
+
+    def write(self, data: bytes | memoryview) -> Future[None]:
+        return super().write(_JSON_400 if data == tornado_private.BARE_400 else data)
 
 
 def make_http_server(
@@ -155,18 +165,9 @@ class LabHTTPServer(HTTPServer):
         if self.lifecycle is not None:
             self.lifecycle.connected(stream)
         # Tornado writes the bare 400 from deep inside HTTP1Connection, which
-        # offers no hook; swapping those exact bytes on this one stream is the
-        # smallest change that keeps every error in the lab's JSON shape. The
-        # wrapper holds the stream's own write weakly: a strong reference would
-        # make a cycle (stream -> wrapper -> stream), and every closed connection's
-        # stream and buffers would wait for the cyclic collector instead of going
-        # at once (an upstream held up to 1,175 of them, 2 MB, beside 0 for Tornado's own).
-        write = weakref.WeakMethod(stream.write)
-
-        def write_json_errors(data: bytes | memoryview) -> Future[None]:
-            send = write()
-            assert send is not None  # (only the stream calls it, so the stream is alive)
-            return send(_JSON_400 if data == tornado_private.BARE_400 else data)
-
-        stream.write = write_json_errors  # type: ignore[method-assign]
+        # offers no hook: the stream itself swaps those exact bytes (JsonErrorStream).
+        # Only a plain TCP stream's class is changed: a TLS stream (which the lab
+        # never serves) would lose its own.
+        if type(stream) is IOStream:
+            stream.__class__ = JsonErrorStream
         super().handle_stream(stream, address)

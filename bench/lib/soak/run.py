@@ -118,12 +118,8 @@ async def _warm_up(run: Run, scene: Scene, traffic: Traffic) -> None:
     run.phase = "warm-up"
     if run.plan.rehearse:
         for name in rehearsal_order(run.plan.faults):
-            fault = await strike(scene, name, len(run.faults), "rehearsal")
-            run.faults.append(fault)
-            await asyncio.sleep(run.plan.recover_s)  # its effects still inside its window, as in the soak
-            fault.close()
+            await _strike(run, scene, name, "rehearsal", then="warm-up")
     await _sleep_until(run, run.began + run.plan.warmup_s)
-    _close_last(run)
     run.phase = "settle"
     run.baseline = await settle(run.watch, traffic, warm_plan(run.mix_doc), "baseline", baseline=None,
                                 within=run.plan.settle_s)  # fmt: skip
@@ -141,11 +137,7 @@ async def _faults(run: Run, scene: Scene, traffic: Traffic) -> None:
             return
         await _sleep_until(run, due)
         run.phase = "fault"
-        fault = await strike(scene, name, len(run.faults), "soak")
-        run.faults.append(fault)
-        run.phase = "traffic"
-        await asyncio.sleep(plan.recover_s)
-        fault.close()
+        fault = await _strike(run, scene, name, "soak", then="traffic")
         run.phase = "settle"
         label = f"after fault {fault.number} ({name})"
         run.checks.append(await settle(run.watch, traffic, warm_plan(run.mix_doc), label, baseline=run.baseline,
@@ -154,9 +146,15 @@ async def _faults(run: Run, scene: Scene, traffic: Traffic) -> None:
         due = max(due + plan.fault_every, run.watch.now())
 
 
-def _close_last(run: Run) -> None:
-    if run.faults and not run.faults[-1].until:
-        run.faults[-1].close()
+async def _strike(run: Run, scene: Scene, name: str, phase: str, *, then: str) -> Fault:
+    """Strike fault `name`, then `then` (the run's phase) for --recover seconds still inside its window: what
+    the lab does meanwhile (503s while a pool is replaced) is the fault's, in a rehearsal as in the soak."""
+    fault = await strike(scene, name, len(run.faults), phase)
+    run.faults.append(fault)
+    run.phase = then
+    await asyncio.sleep(run.plan.recover_s)
+    fault.close()
+    return fault
 
 
 async def _sleep_until(run: Run, moment: float) -> None:

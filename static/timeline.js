@@ -27,8 +27,7 @@ export function frameFor(race, width, fixedSpan = null) {
     latest = ends.length ? Math.max(...ends) : origin;
   }
   let span = origin === null ? 1 : latest - origin;
-  if (race && soloSoFar(race)) span = Math.max(span, soloSoFar(race));
-  else if (race && race.warmups.length) span = Math.max(span, longestWarmup(race));
+  if (race) span = Math.max(span, soloSoFar(race) || longestWarmup(race)); // t once timed, else the warm-ups
   if (race && race.summary) span = Math.max(span, headline(race.summary).ideal, race.summary.elapsed_s);
   span = fixedSpan || roundSpan(Math.max(span * 1.04, 0.01));
   const plot = width - left - right;

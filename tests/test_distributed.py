@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from lab import ROOT
+from lab.modes.distributed.cluster_process import MONITOR_HISTORY
 from lab.modes.distributed.spans import forget_span_metrics, forgive_retired_spans, prune_spans
 from lab.modes.distributed.stalls import within_awake
 from tests.conftest import StartServer
@@ -153,9 +154,13 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
     assert port in {c.laddr.port for c in owner.net_connections("tcp") if c.status == "LISTEN"}
     # Each of its workers ran the lab's preload (it forgets the metrics Dask keeps per span), and ignores SIGINT
     # as the cluster's process does (a terminal's Ctrl-C made each print a traceback); its scheduler prunes spans.
+    # Every Dask server in it keeps a minute of its process's samples, not an hour's (1.9 MiB each).
     with distributed.Client(dask["scheduler"], timeout=30) as client:
         assert set(client.run(_runs_the_preload).values()) == {True}
         assert client.run_on_scheduler(_prunes_spans)
+        histories = [client.run_on_scheduler(_scheduler_monitor_history), *client.run(_monitor_history).values(),
+                     *client.run(_monitor_history, nanny=True).values()]  # fmt: skip
+        assert histories == [MONITOR_HISTORY] * 5, histories
     for pid in [owner.pid, *pids]:
         assert _ignores_sigint(pid), pid
     assert lab.terminate() == 0
@@ -412,6 +417,15 @@ def test_a_tls_cluster_admits_the_lab_with_its_certificate_only(tmp_path: Path, 
 
 def _runs_the_preload(dask_worker: distributed.Worker) -> bool:
     return dask_worker.periodic_callbacks["lab-forget-span-metrics"].is_running()
+
+
+def _monitor_history(dask_worker: distributed.core.Server) -> int | None:
+    """How many samples of its process a worker or nanny keeps (Dask passes itself as dask_worker)."""
+    return dask_worker.monitor.maxlen
+
+
+def _scheduler_monitor_history(dask_scheduler: distributed.Scheduler) -> int | None:
+    return dask_scheduler.monitor.maxlen
 
 
 def _prunes_spans(dask_scheduler: distributed.Scheduler) -> bool:

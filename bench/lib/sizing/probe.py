@@ -112,9 +112,11 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued
 
 
 def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:
-    """Shared pages, the process's own (USS) and each thread's (the USS the threads busy added, >= 0)."""
+    """Shared pages, the process's own (USS) and each thread's: the USS the busy phase added, per thread more it
+    kept busy (>= 0). Counted in busy threads, not started ones: the lab starts its pool's threads with the server,
+    a gthread worker as requests come, and what a thread costs is mostly what it allocates while it works."""
     one, two = alone["memory"], busy["memory"]
-    added = two["threads"] - one["threads"]
+    added = busy["users"] - alone["users"]
     per_thread = max(0.0, (two["uss_mb"] - one["uss_mb"]) / added) if added > 0 else 0.0
     return Memory(one["shared_mb"], one["uss_mb"], round(per_thread, 2))
 

@@ -48,8 +48,7 @@ def test_1000_sequential_requests_leak_nothing(start_server: StartServer) -> Non
             reply = get(lab.url + paths[i % len(paths)])
             assert reply.status in (200, 400, 404)
 
-    # Warm: both pool threads started (a pool starts a thread only when none
-    # is idle, so sequential requests alone may not), caches filled.
+    # Warm: both pool threads busy at once, caches filled.
     assert [r.status for r in get_many(copies(f"{lab.url}/threading/sleep?seconds=0.5", 2))] == [200, 200]
     burst(200)
     before = _footprint(lab.pid)

@@ -18,6 +18,7 @@ from bench.lib.sizing.model import (
     threads_throughput,
 )
 from bench.lib.sizing.points import NEIGHBOUR, PREDICTED, SYNC_RULE, THREADS_RULE, Swept, order, sweep_points
+from bench.lib.sizing.probe import memory_of
 
 # Splits as bench.size measured them on the lab (ms): mix 30/70, count, a sleep, numpy's matmul.
 MIX = Split(cpu_ms=31.5, gil_ms=31.5, wait_ms=70.2, alone_ms=104.0)
@@ -79,6 +80,16 @@ def test_memory_caps_the_processes_and_threads_take_their_place() -> None:
     assert free.processes == 4 and memory.total(free.processes, free.threads) > 300
     assert capped.processes == 2 and memory.total(capped.processes, capped.threads) <= 300
     assert capacity(MIX, 4.0, capped).bound == "GIL"  # two GILs now bind before four cores
+
+
+def test_memory_is_a_one_thread_process_and_what_each_busy_thread_more_added() -> None:
+    # The one-thread server's USS is a process's own; the probe's eight busy threads had 21 MB beyond it.
+    alone = {"users": 1, "memory": {"shared_mb": 30.0, "uss_mb": 118.0}}  # (its idle pool threads are in this)
+    busy = {"users": 8, "memory": {"shared_mb": 30.0, "uss_mb": 121.0}}
+    queued = {"users": 4, "memory": {"shared_mb": 30.0, "uss_mb": 100.0}}
+    memory = memory_of(alone, busy, queued)
+    assert memory == Memory(shared_mb=30.0, process_mb=100.0, thread_mb=3.0)
+    assert memory.total(1, 1) == 130.0 and memory.total(2, 8) == 30.0 + 2 * (100.0 + 7 * 3.0)
 
 
 def test_the_bound_names_the_limit_that_binds() -> None:

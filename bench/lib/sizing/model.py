@@ -96,14 +96,15 @@ class Split:
 
 @dataclass(frozen=True)
 class Memory:
-    """Megabytes: pages all serving processes share (counted once), each process's own, each added thread's."""
+    """Megabytes: pages all serving processes share (counted once), each process's own with one thread, each
+    thread more's."""
 
     shared_mb: float = 0.0
     process_mb: float = 0.0
     thread_mb: float = 0.0
 
     def total(self, processes: int, threads: int) -> float:
-        return self.shared_mb + processes * (self.process_mb + threads * self.thread_mb)
+        return self.shared_mb + processes * (self.process_mb + (threads - 1) * self.thread_mb)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ app, the time a request took beyond its time alone that was not spent
 waiting for a core). Eight at once: the process's throughput with its
 threads busy, whose inverse bounds the GIL-held time of a request (one GIL
 lets one request's GIL-held work run at a time). Memory: RSS, USS and PSS
-of the process after each, and what the threads the busy phase started
-added. Every phase also takes this process's CPU a request: the load
+of the process after each. Every phase also takes this process's CPU a request: the load
 generator's, which shares the cores with the server while it is measured.
 
 Then a second server of one process with one thread, QUEUED_USERS users
@@ -20,7 +19,8 @@ back to back, so that a request is always waiting for the thread: the time
 a request takes there beyond its CPU and its wait is the server's hand-off
 (the thread idles while its event loop, or its accept thread, passes the
 next request on): one thread a process leaves that much of every request
-to idle cores, which a second thread fills.
+to idle cores, which a second thread fills. Its USS is a process's own with
+one thread; what the eight busy threads had beyond it, each thread's.
 """
 
 from __future__ import annotations
@@ -111,14 +111,15 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued
                  round(handoff, 3), busy["client_cpu_ms"])  # fmt: skip
 
 
-def memory_of(alone: dict[str, Any], busy: dict[str, Any]) -> Memory:
-    """Shared pages, the process's own (USS) and each thread's: the USS the busy phase added, per thread more it
-    kept busy (>= 0). Counted in busy threads, not started ones: the lab starts its pool's threads with the server,
-    a gthread worker as requests come, and what a thread costs is mostly what it allocates while it works."""
-    one, two = alone["memory"], busy["memory"]
-    added = busy["users"] - alone["users"]
-    per_thread = max(0.0, (two["uss_mb"] - one["uss_mb"]) / added) if added > 0 else 0.0
-    return Memory(one["shared_mb"], one["uss_mb"], round(per_thread, 2))
+def memory_of(alone: dict[str, Any], busy: dict[str, Any], queued: dict[str, Any]) -> Memory:
+    """Shared pages; a process's own (USS) with one thread, the one-thread server's; and each thread more's: what
+    the probe's process, its BUSY_USERS threads all busy, had beyond that, per thread (>= 0). Counted in busy
+    threads, not started ones: the lab starts its pool's threads with the server, a gthread worker as requests
+    come, and a thread costs mostly what it allocates while it works."""
+    base, full = queued["memory"]["uss_mb"], busy["memory"]["uss_mb"]
+    more = busy["users"] - QUEUED.threads
+    per_thread = max(0.0, (full - base) / more) if more > 0 else 0.0
+    return Memory(alone["memory"]["shared_mb"], base, round(per_thread, 2))
 
 
 def low_load_gil_ms(target: Target, alone: dict[str, Any], low: dict[str, Any]) -> float | None:
@@ -170,7 +171,7 @@ def measure(target: Target, folder: Path, upstream: str, *, quick: bool) -> dict
     queued = queued_phase(target, folder, upstream, seconds)
     return {
         "split": split_of(target, alone, busy, queued),
-        "memory": memory_of(alone, busy),
+        "memory": memory_of(alone, busy, queued),
         "alone": alone,
         "low_load": low,
         "busy": busy,

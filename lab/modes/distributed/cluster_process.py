@@ -42,10 +42,11 @@ from lab.procs import watch_parent
 # it forgets the metrics Dask keeps per span. (SIGINT, which main() ignores
 # here, stays ignored in the workers: a disposition an exec inherits.)
 # Every Dask server (the scheduler, each nanny, each worker) samples its
-# process every 500 ms into a history kept for the dashboard: 7,200 samples of
-# 9 quantities, 1.9 MiB that each grows into over its first hour (the hour's
-# soak saw this process grow 4.6 MiB and a worker 1.9). The lab reads only the
-# latest sample (the workers' heartbeats carry it): a minute's history is kept.
+# process every 500 ms into a history kept for the dashboard: 7,200 samples
+# of 8 quantities (9 with a GIL meter), up to 1.9 MiB that each fills over
+# its first hour (an hour's soak saw this process grow 4.6 MiB and a worker
+# 1.9). The lab reads only the latest sample (the workers' heartbeats carry
+# it): a minute's history is kept.
 MONITOR_HISTORY = 120
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,

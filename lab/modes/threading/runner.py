@@ -50,9 +50,13 @@ class ThreadRunner(PoolRunner):
         """
         everyone = threading.Barrier(self.size)
         loop = asyncio.get_running_loop()
-        # A machine too busy to start them in a minute gets a broken barrier and a pool that grows as it would have.
-        waits = [loop.run_in_executor(executor, everyone.wait, START_THREADS_TIMEOUT_S) for _ in range(self.size)]
-        await asyncio.gather(*waits, return_exceptions=True)
+        try:
+            waits = [loop.run_in_executor(executor, everyone.wait, START_THREADS_TIMEOUT_S) for _ in range(self.size)]
+            # A machine too busy to start them in a minute gets a broken barrier and a pool that grows as it would.
+            await asyncio.gather(*waits, return_exceptions=True)
+        except BaseException:  # a stop signal during start-up, or a thread that could not start
+            everyone.abort()  # the threads already waiting go back to the pool, so that it can be shut down
+            raise
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         running = self._running[job_id]

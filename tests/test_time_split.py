@@ -7,9 +7,12 @@ wide, measured on the project's 2-core machine with 0 to 6 busy loops beside it)
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -113,6 +116,51 @@ def test_the_clocks_read_the_kernels_run_queue() -> None:
     assert before is not None and before >= 0
     whole = clocks.process_core_wait()
     assert whole is not None and whole >= before  # this thread's wait is part of the process's
+
+
+def _schedstat_files_open(tid: int) -> int:
+    """How many of this process's descriptors are open on thread `tid`'s schedstat file."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}").endswith(f"/task/{tid}/schedstat")
+    return found
+
+
+def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -> None:
+    own = clocks._OwnThreads()
+    began, stop = threading.Event(), threading.Event()
+
+    def live() -> None:
+        began.set()
+        stop.wait(30)
+
+    thread = threading.Thread(target=live)
+    thread.start()
+    began.wait(30)
+    tid = thread.native_id
+    assert tid is not None
+    for _ in range(3):  # read again and again through the one file
+        stats = own.read()
+        assert stats is not None and {str(tid), str(threading.get_native_id())} <= set(stats)
+        assert _schedstat_files_open(tid) == 1
+    stop.set()
+    thread.join()
+    stats = own.read()
+    assert stats is not None and str(tid) not in stats
+    assert _schedstat_files_open(tid) == 0  # closed with its thread
+    # A forked child (a process-pool worker) reads its own one thread, not its parent's.
+    clocks.process_core_wait()
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.write(writer, json.dumps(sorted(clocks.own_threads_schedstat() or {})).encode())
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        seen = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    assert seen == [str(child)]
 
 
 @pytest.mark.usefixtures("hogs")

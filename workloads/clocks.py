@@ -106,9 +106,64 @@ def threads_schedstat(tasks: str = TASKS) -> dict[str, tuple[float, float]] | No
     return stats or None
 
 
+class _OwnThreads:
+    """This process's threads' schedstat files, each kept open while its thread lives.
+
+    A process-pool worker reads every thread's twice a run, on the request's
+    path: opening, reading and closing each file was four system calls a
+    thread, where a pread is one. The folder is still listed each time, as
+    threads come and go (BLAS starts its own); a thread no longer listed has
+    its file closed, and a file that fails to read (its thread ended, and
+    another may have its id) is opened again. A forked child forgets its
+    parent's: those files describe the parent's threads.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read(self) -> dict[str, tuple[float, float]] | None:
+        try:
+            tids = os.listdir(TASKS)
+        except OSError:
+            return None
+        stats = {tid: stat for tid in tids if (stat := self._read(tid)) is not None}
+        for gone in self._fds.keys() - set(tids):
+            os.close(self._fds.pop(gone))
+        return stats or None
+
+    def _read(self, tid: str) -> tuple[float, float] | None:
+        fd = self._fds.get(tid)
+        if fd is not None:
+            try:
+                return _parse(os.pread(fd, 128, 0))
+            except OSError:
+                os.close(self._fds.pop(tid))
+        try:
+            fd = self._fds[tid] = os.open(f"{TASKS}/{tid}/schedstat", os.O_RDONLY)
+            return _parse(os.pread(fd, 128, 0))
+        except OSError:  # ended since the listing
+            if tid in self._fds:
+                os.close(self._fds.pop(tid))
+            return None
+
+    def forget(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+_own_threads = _OwnThreads()
+os.register_at_fork(after_in_child=_own_threads.forget)
+
+
+def own_threads_schedstat() -> dict[str, tuple[float, float]] | None:
+    """threads_schedstat() of this process, through files kept open while their threads live."""
+    return _own_threads.read()
+
+
 def process_core_wait() -> float | None:
     """Run-queue seconds of all this process's live threads so far (BLAS threads included)."""
-    stats = threads_schedstat()
+    stats = own_threads_schedstat()
     return None if stats is None else sum(waited for _, waited in stats.values())
 
 

@@ -25,7 +25,7 @@ from lab.instruments.stats import Board, RequestStats
 from lab.runs import Run, envelope
 from lab.web.lifecycle import Lifecycle
 from lab.web.occupancy import Occupancy
-from workloads.clocks import THREAD, thread_core_wait, threads_schedstat
+from workloads.clocks import THREAD, own_threads_schedstat, thread_core_wait, threads_schedstat
 from workloads.registry import run_timed
 
 # Idle threads beside the caller while the meters read: a server process has about this many
@@ -74,6 +74,7 @@ def _calls() -> dict[str, Callable[[], object]]:
         "thread CPU clock": THREAD.cpu,
         "schedstat, this thread": thread_core_wait,
         "schedstat, every thread": threads_schedstat,
+        "schedstat, every thread, files kept open": own_threads_schedstat,
         "core meter reading": cores.read,
         "GIL meter reading": gil.read,
         "request counters": lambda: stats.record("threading", 200, 0.001, 0.000_01),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from bench.lib.soak.census import Known, role_of
+from bench.lib.soak.census import Known, ProcSample, role_of, unknown
 from bench.lib.soak.faults import mixed_pools, process_pools
 from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
@@ -193,13 +194,18 @@ def test_the_capacity_is_where_the_first_mode_or_the_cores_fill() -> None:
     assert predict(single, 2.0, 1.0).bound == "blocking" and predict(single, 2.0, 1.0).capacity_rps == 2.0
 
 
-def test_the_census_names_the_embedded_cluster_process_by_its_command_line() -> None:
+def test_the_census_names_the_embedded_cluster_and_the_core_meter_by_their_command_lines() -> None:
     # (The short soak runs no /distributed: this is where the role is proved.)
     cluster = SimpleNamespace(pid=42, cmdline=lambda: ["python", "-m", "lab.modes.distributed.cluster_process"])
+    meter = SimpleNamespace(pid=44, cmdline=lambda: ["python", "-m", "lab.instruments.cores", "--pid", "7"])
     stranger = SimpleNamespace(pid=43, cmdline=lambda: ["python", "-c", "pass"])
     known = Known(forked=True, servers={7: 1})
     assert role_of(cluster, known, root=1, owner=1) == "dask-cluster[1]"  # type: ignore[arg-type]
+    assert role_of(meter, known, root=1, owner=1) == "core-meter[1]"  # type: ignore[arg-type]
     assert role_of(stranger, known, root=1, owner=1) == "other[1]"  # type: ignore[arg-type]
+    # Only a process it cannot name makes the soak ask /stats again (a pool worker it has not been told of).
+    placed = [ProcSample(44, "core-meter[1]", "core-meter[1]", 0.0, rss_bytes=1, fds=3, threads=1, children=0)]
+    assert not unknown(placed) and unknown([*placed, replace(placed[0], role="other[1]")])
 
 
 def test_the_warm_up_is_a_fifth_of_the_soak_and_rehearses_the_kill_child_first() -> None:

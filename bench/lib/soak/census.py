@@ -6,6 +6,7 @@ when not forked), `upstream`, `processing-worker[0]` (a worker of task 0's
 process pool: any pool whose /stats lists `worker_pids`, Dask's workers as
 `distributed-worker[0]`), `resource-tracker[0]`, `race[0]` (the page's load
 generator), `dask-cluster[0]` (the embedded Dask cluster's own process),
+`core-meter[0]` (the watcher that reads the server's threads' schedstat),
 `other[0]`. A replaced worker is a new process in the same
 role, so the soak compares like with like: per role, never per pid. Where a
 role has several members (a pool of two workers) each gets a key,
@@ -32,6 +33,8 @@ MARKS = (
     ("resource_tracker", "resource-tracker"),
     ("bench.race", "race"),
     ("lab.modes.distributed.cluster_process", "dask-cluster"),
+    # Left `other`, it looked like a pool worker /stats had not named yet, and every sample asked /stats again.
+    ("lab.instruments.cores", "core-meter"),
 )
 
 

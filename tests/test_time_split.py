@@ -149,18 +149,24 @@ def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -
     stats = own.read()
     assert stats is not None and str(tid) not in stats
     assert _schedstat_files_open(tid) == 0  # closed with its thread
-    # A forked child (a process-pool worker) reads its own one thread, not its parent's.
+    # A forked child holds none of the files this process keeps (they describe the parent's threads) from the
+    # moment it starts, and reads its own one thread.
+    del own
+    parent = threading.get_native_id()
+    clocks.thread_core_wait()
     clocks.process_core_wait()
+    assert _schedstat_files_open(parent) == 2  # this thread's own reader's, and the process reader's
     reader, writer = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover (the child)
-        os.write(writer, json.dumps(sorted(clocks.own_threads_schedstat() or {})).encode())
+        inherited = _schedstat_files_open(parent)
+        os.write(writer, json.dumps([inherited, sorted(clocks.own_threads_schedstat() or {})]).encode())
         os._exit(0)
     os.close(writer)
     with os.fdopen(reader) as pipe:
-        seen = json.loads(pipe.read())
+        inherited, seen = json.loads(pipe.read())
     os.waitpid(child, 0)
-    assert seen == [str(child)]
+    assert inherited == 0 and seen == [str(child)]
 
 
 @pytest.mark.usefixtures("hogs")

@@ -57,17 +57,20 @@ def _schedstat(path: str) -> tuple[float, float] | None:
         os.close(fd)
 
 
-class _OwnSchedstat:
-    """The calling thread's schedstat file, kept open for the thread's life and read again from offset 0.
+class _KeptSchedstat:
+    """A thread's schedstat file, kept open and read again from offset 0.
 
     One system call a reading (a pread) instead of the six or seven of
     opening, checking, reading and closing a file: each lets go of the GIL,
     and under GIL load each costs a switch interval or more to take it back.
-    Closed when its thread ends (the thread's local storage goes with it).
+    Closed when it is dropped (for the calling thread's own: when the
+    thread's local storage goes with it).
     """
 
-    def __init__(self) -> None:
-        self.fd = os.open(THREAD_SCHEDSTAT, os.O_RDONLY)
+    fd = -1  # (until open: an object whose open failed is dropped too)
+
+    def __init__(self, path: str = THREAD_SCHEDSTAT) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
 
     def read(self) -> tuple[float, float] | None:
         try:
@@ -76,7 +79,8 @@ class _OwnSchedstat:
             return None
 
     def __del__(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
 
 
 _own = threading.local()
@@ -84,10 +88,10 @@ _own = threading.local()
 
 def thread_core_wait() -> float | None:
     """Run-queue seconds of the calling thread so far."""
-    mine: _OwnSchedstat | None = getattr(_own, "schedstat", None)
+    mine: _KeptSchedstat | None = getattr(_own, "schedstat", None)
     if mine is None:
         try:
-            mine = _own.schedstat = _OwnSchedstat()
+            mine = _own.schedstat = _KeptSchedstat()
         except OSError:
             return None
     stat = mine.read()
@@ -113,13 +117,12 @@ class _OwnThreads:
     path: opening, reading and closing each file was four system calls a
     thread, where a pread is one. The folder is still listed each time, as
     threads come and go (BLAS starts its own); a thread no longer listed has
-    its file closed, and a file that fails to read (its thread ended, and
-    another may have its id) is opened again. A forked child forgets its
-    parent's: those files describe the parent's threads.
+    its file dropped, and one that no longer reads (its thread ended, and
+    another may have its id) is opened again.
     """
 
     def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
+        self._files: dict[str, _KeptSchedstat] = {}
 
     def read(self) -> dict[str, tuple[float, float]] | None:
         try:
@@ -127,33 +130,38 @@ class _OwnThreads:
         except OSError:
             return None
         stats = {tid: stat for tid in tids if (stat := self._read(tid)) is not None}
-        for gone in self._fds.keys() - set(tids):
-            os.close(self._fds.pop(gone))
+        for gone in self._files.keys() - set(tids):
+            del self._files[gone]
         return stats or None
 
     def _read(self, tid: str) -> tuple[float, float] | None:
-        fd = self._fds.get(tid)
-        if fd is not None:
+        kept = self._files.get(tid)
+        stat = kept.read() if kept is not None else None
+        if stat is None:  # a thread new since the last reading, or one whose file no longer reads
+            self._files.pop(tid, None)
             try:
-                return _parse(os.pread(fd, 128, 0))
-            except OSError:
-                os.close(self._fds.pop(tid))
-        try:
-            fd = self._fds[tid] = os.open(f"{TASKS}/{tid}/schedstat", os.O_RDONLY)
-            return _parse(os.pread(fd, 128, 0))
-        except OSError:  # ended since the listing
-            if tid in self._fds:
-                os.close(self._fds.pop(tid))
-            return None
+                kept = _KeptSchedstat(f"{TASKS}/{tid}/schedstat")
+            except OSError:  # ended since the listing
+                return None
+            stat = kept.read()
+            if stat is not None:  # (an ended thread may still be listed, its file no longer readable)
+                self._files[tid] = kept
+        return stat
 
     def forget(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._files.clear()
 
 
 _own_threads = _OwnThreads()
-os.register_at_fork(after_in_child=_own_threads.forget)
+
+
+def _forget_parents_files() -> None:
+    """In a forked child: the files both readers kept open describe the parent's threads."""
+    _own_threads.forget()
+    _own.__dict__.pop("schedstat", None)  # (the forking thread's, which is the child's one thread)
+
+
+os.register_at_fork(after_in_child=_forget_parents_files)
 
 
 def own_threads_schedstat() -> dict[str, tuple[float, float]] | None:

@@ -9,10 +9,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+import psutil
 import pytest
 
 from lab.machine import cpu_count
 from lab.modes.processing.worker import init_pool_worker
+from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
 from tests.procs import STALL_S
@@ -34,6 +36,21 @@ def test_cpu_jobs_overlap_in_distinct_workers(server: LabServer) -> None:
     workers = {r.json()["worker"]["pid"] for r in replies}
     assert len(workers) >= 2
     assert server.pid not in workers
+
+
+def test_a_pool_worker_holds_the_same_descriptors_from_its_first_job(start_server: StartServer) -> None:
+    # Its warm-up opened the schedstat files every run's split reads (workloads/clocks.py keeps them open).
+    lab = start_server("--process-pool", "1")
+    (pid,) = pool_stats(lab.url, "processing")["worker_pids"]
+    worker = psutil.Process(pid)
+
+    def held() -> tuple[set[str], int]:
+        return {file.path for file in worker.open_files()}, worker.num_fds()
+
+    before = held()
+    assert any(path.endswith("/schedstat") for path in before[0])
+    assert get(f"{lab.url}/processing/count?n=1").json()["worker"]["pid"] == pid
+    assert held() == before
 
 
 def test_workers_are_reused_not_spawned_per_request(server: LabServer) -> None:

@@ -18,8 +18,7 @@ from typing import Any
 from lab.machine import cpu_count
 from lab.modes.pool import PoolRunner, pool_size
 from lab.modes.processing.executor import broken, workers
-from lab.modes.processing.worker import init_pool_worker, run_in_worker
-from workloads.registry import warm_up
+from lab.modes.processing.worker import init_pool_worker, run_in_worker, warm_pool_worker
 from workloads.timing import RunRecord
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ class ProcessRunner(PoolRunner):
         # One warm-up job per worker makes every worker start now and pay its
         # imports and the predict model before anything is timed.
         loop = asyncio.get_running_loop()
-        pids = await asyncio.gather(*(loop.run_in_executor(executor, warm_up) for _ in range(self.size)))
+        pids = await asyncio.gather(*(loop.run_in_executor(executor, warm_pool_worker) for _ in range(self.size)))
         log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:

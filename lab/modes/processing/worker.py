@@ -8,9 +8,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lab.procs import watch_parent
-from workloads.clocks import PROCESS
+from workloads.clocks import PROCESS, own_threads_schedstat
 from workloads.page import database
-from workloads.registry import run_timed
+from workloads.registry import run_timed, warm_up
 from workloads.timing import RunRecord
 
 _started: Connection | None = None
@@ -29,6 +29,15 @@ def init_pool_worker(started: Connection, server: int, database_url: str | None)
     # The server's pid, not getppid(): a server killed while this worker was still importing (the pool being
     # replaced) leaves it adopted by init, and a watch of init would keep it running for ever.
     watch_parent(parent=server)
+
+
+def warm_pool_worker() -> int:
+    """warm_up() (imports, the predict model), then this worker's threads' schedstat files opened, which
+    workloads/clocks.py keeps open for every run's split: a worker holds the same descriptors from the first
+    job it is given, whichever it is. Its pid."""
+    pid = warm_up()
+    own_threads_schedstat()
+    return pid
 
 
 def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:

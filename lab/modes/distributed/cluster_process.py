@@ -46,12 +46,12 @@ from lab.procs import watch_parent
 # of 8 quantities (9 with a GIL meter), up to 1.9 MiB that each fills over
 # its first hour (an hour's soak saw this process grow 4.6 MiB and a worker
 # 1.9). The lab reads only the latest sample (the workers' heartbeats carry
-# it): a minute's history is kept.
+# it): main() keeps a minute's history, in this process's config, which each
+# nanny also passes on to its worker.
 MONITOR_HISTORY = 120
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.system-monitor.gil.enabled": True,
-    "distributed.admin.system-monitor.log-length": MONITOR_HISTORY,
     "distributed.worker.preload": ["lab.modes.distributed.spans"],
 }
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops it (SIGTERM)
     logs.configure(logging.WARNING)
     configure()
-    dask.config.set({"distributed.admin.system-monitor.log-length": MONITOR_HISTORY})  # its scheduler and nannies
+    dask.config.set({"distributed.admin.system-monitor.log-length": MONITOR_HISTORY})  # every Dask server here
     watch_parent(parent=args.parent)
     asyncio.run(serve(args.workers, args.scratch, args.announce_fd))
 

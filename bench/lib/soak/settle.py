@@ -1,9 +1,8 @@
 """Quiet checks: the traffic paused, the lab warmed to its bounds, then its processes counted until they match.
 
 A lab grows some things on demand, up to a bound, and keeps them: the
-embedded Dask cluster starts on its first task, a process pool its workers
-as jobs come, a forked child that replaced a killed one starts with none of
-this. Counted as they happen to be, they would
+embedded Dask cluster starts on its first task, and a forked child that
+replaced a killed one starts with none of it. Counted as they happen to be, they would
 differ from check to check with no leak at all. So before every count each
 mode gets a warm burst: more waiting requests at once than its lanes, until
 every server process has answered some (the envelope's `server.task_id`

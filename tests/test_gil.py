@@ -32,11 +32,13 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from workloads.clocks import thread_core_wait, threads_schedstat
+from workloads import clocks
+from workloads.clocks import thread_core_wait
 from workloads.registry import WORKLOADS
 
 # Sized to run ~0.1-0.3 s each (mix 0.6 s, below): long enough for the GIL to show, short for CI.
@@ -61,9 +63,6 @@ SIZES: dict[str, dict[str, Any]] = {
 SWITCH_INTERVAL = 0.25
 # How long the probe lets go of the GIL: time for the worker to get a core and take it.
 AWAY_S = 0.02
-# The worker's CPU time while the probe was away that shows it ran, and so took the GIL if it wanted
-# it: a worker woken only to find the GIL taken again spins for microseconds.
-WORKER_RAN_S = 0.001
 RELEASES_BELOW = 0.1 * SWITCH_INTERVAL
 HOLDS_ABOVE = 0.4 * SWITCH_INTERVAL
 
@@ -82,22 +81,25 @@ def gil_wait(name: str, samples: int = 7, budget_s: float = 60.0, params: dict[s
     sys.setswitchinterval(SWITCH_INTERVAL)
     worker = threading.Thread(target=busy, name=f"busy-{name}")
     worker.start()
+    worker_stat = schedstat(worker)
     waits: list[float] = []
     deadline = time.monotonic() + budget_s
     try:
         while len(waits) < samples and time.monotonic() < deadline:
-            before, own = schedstat(worker), thread_core_wait()
+            before, own = worker_stat(), thread_core_wait()
             start = time.perf_counter()
             time.sleep(AWAY_S)  # let go of the GIL; getting it back needs the worker to let go
             waited = time.perf_counter() - start - AWAY_S
             mine = thread_core_wait()
-            ran, queued = (after - then for after, then in zip(schedstat(worker), before, strict=True))
+            queued = worker_stat()[1] - before[1]
             # The probe's own wait for a core once its sleep ended is not a wait for the GIL.
             assert own is not None and mine is not None
             waited -= mine - own
-            # A holder that missed the GIL was queued for a core all the time it was free; one that
-            # computed a millisecond took it. Either way the sample tells.
-            if ran >= WORKER_RAN_S or queued < AWAY_S / 2:
+            # A probe that waited shows a holder: the sample tells. One that got the GIL back at once tells
+            # only if the worker was on a core while it was free, and its CPU time cannot say when it ran: a worker
+            # queued for a core through the whole sleep (a loaded machine) leaves the GIL free to the probe,
+            # then computes its millisecond after the probe has it back. A CI run's `count` read 0.1 ms so.
+            if waited >= HOLDS_ABOVE or queued < AWAY_S / 2:
                 waits.append(waited)
     finally:
         stop.set()
@@ -107,11 +109,19 @@ def gil_wait(name: str, samples: int = 7, budget_s: float = 60.0, params: dict[s
     return statistics.median(waits)
 
 
-def schedstat(thread: threading.Thread) -> tuple[float, float]:
-    """Seconds `thread` has spent on a core and queued for one (Linux schedstat)."""
-    stats = threads_schedstat()
-    assert stats is not None and thread.native_id is not None
-    return stats[str(thread.native_id)]
+def schedstat(thread: threading.Thread) -> Callable[[], tuple[float, float]]:
+    """A reading of the seconds `thread` has spent on a core and queued for one (Linux schedstat), through its
+    file kept open: one system call, so one wait for the GIL back behind the worker, where listing and opening
+    every thread's file took a dozen (each a switch interval: seconds a sample)."""
+    assert thread.native_id is not None
+    kept = clocks._KeptSchedstat(f"{clocks.TASKS}/{thread.native_id}/schedstat")
+
+    def read() -> tuple[float, float]:
+        stat = kept.read()
+        assert stat is not None
+        return stat
+
+    return read
 
 
 def wall_per_cpu(name: str) -> float:

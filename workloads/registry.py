@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads import cpu, io, mix, ml, numeric, page
-from workloads.clocks import THREAD, Clocks, gil_enabled
+from workloads.clocks import THREAD, Clocks, gil_enabled, thread_core_wait
 from workloads.params import ChoiceParam, FloatParam, IntParam, Param, parse_params
 from workloads.timing import RunRecord, time_await, time_call
 
@@ -155,6 +155,9 @@ async def await_timed(name: str, params: dict[str, Any]) -> RunRecord:
 
 
 def warm_up() -> int:
-    """Pay a worker's one-off costs (imports, the predict model) before it is timed."""
+    """Pay a worker's one-off costs (imports, the predict model) before it is timed, and open the calling
+    thread's schedstat file, which workloads/clocks.py keeps open for every run's split: the thread holds the
+    same descriptors from its first job on, whichever it is."""
     ml.predictor()
+    thread_core_wait()
     return os.getpid()

@@ -9,6 +9,7 @@ from typing import Any
 
 from lab.machine import cpu_count
 from lab.modes.pool import PoolRunner, pool_size
+from workloads.clocks import thread_core_wait
 from workloads.registry import run_timed
 from workloads.timing import RunRecord
 
@@ -49,9 +50,14 @@ class ThreadRunner(PoolRunner):
         barrier until all have come, so no thread can take two of these jobs.
         """
         everyone = threading.Barrier(self.size)
+
+        def arrive() -> None:
+            thread_core_wait()  # its schedstat file opened now, not at its first job (workloads/clocks.py)
+            everyone.wait(START_THREADS_TIMEOUT_S)
+
         loop = asyncio.get_running_loop()
         try:
-            waits = [loop.run_in_executor(executor, everyone.wait, START_THREADS_TIMEOUT_S) for _ in range(self.size)]
+            waits = [loop.run_in_executor(executor, arrive) for _ in range(self.size)]
             # A machine too busy to start them in a minute gets a broken barrier and a pool that grows as it would.
             await asyncio.gather(*waits, return_exceptions=True)
         except BaseException:  # a stop signal during start-up, or a thread that could not start

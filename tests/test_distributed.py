@@ -371,6 +371,16 @@ def test_a_loop_held_by_blocking_runs_is_not_a_lost_scheduler(start_server: Star
         reply = waiting.result(timeout=120)
     assert [r.result().status for r in blocking] == [200] * 6
     assert reply.status == 200, reply.body
+    # Stalls wake the lab's watch and anything else that polls the scheduler at once: a client's pool opens a
+    # connection for each call that finds none free, and keeps it. Two, whatever the stalls: the client's
+    # stream and the one its watch's calls take turns on (a second poller made it three, for good).
+    assert len(_connections_to_the_cluster(lab.pid)) == 2
+
+
+def _connections_to_the_cluster(lab_pid: int) -> list[Any]:
+    """The server process's TCP connections to the ports its embedded cluster's process listens on."""
+    listening = {c.laddr.port for c in _cluster_process(lab_pid).net_connections("tcp") if c.status == "LISTEN"}
+    return [c for c in psutil.Process(lab_pid).net_connections("tcp") if c.raddr and c.raddr.port in listening]
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "ctrl-c"])

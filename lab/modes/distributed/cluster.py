@@ -58,6 +58,9 @@ CONNECT_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 3.0
 RECONNECT_EVERY_S = 3.0
 
+# The client's own identity poll, which the lab's watch makes redundant: off (as good as).
+SCHEDULER_INFO_NEVER = "1 day"
+
 _configured = False
 
 
@@ -69,7 +72,15 @@ def configure() -> None:
     _configured = True
     # Only Dask's workers meter their GIL: the server has its own meter (lab/instruments/gil.py), and the
     # embedded cluster's scheduler process serves nothing that would need one.
-    dask.config.set({"distributed.logging": LOGGING, "distributed.admin.system-monitor.gil.enabled": False})
+    dask.config.set({
+        "distributed.logging": LOGGING,
+        "distributed.admin.system-monitor.gil.enabled": False,
+        # A client asks its scheduler for its identity every 2 s on its own; the lab's watch asks the same
+        # every WATCH_EVERY_S (lab/modes/distributed/health.py). When both asked at once (a loop stalled by a
+        # /blocking run wakes both), the client's connection pool opened a second connection and kept it
+        # for good: a soak saw a server and its cluster each hold one descriptor more after such a stall.
+        "distributed.client.scheduler-info-interval": SCHEDULER_INFO_NEVER,
+    })  # fmt: skip
     initialize_logging(dask.config.config)  # importing distributed applied its defaults
     # The scheduler and the workers unpickle tasks: shipped by value, the task
     # and the warm-up plugin need nothing of the lab's importable there.

@@ -170,16 +170,31 @@ class PoolRunner:
             self.counts["cancelled_waiting"] += 1  # its client left before it started
             raise
         job_id, record, job = self._hand_over(workload, params)
+        loop = asyncio.get_running_loop()
+        waiting = True
+
+        def begun(_: object) -> None:
+            if waiting and not deadline.expired():
+                deadline.reschedule(loop.time() + self.job_timeout)
+
         try:
-            # The deadline counts from the moment a worker starts the job: a
-            # worker still starting up (a replaced pool) is not the job's fault.
-            if not record.started.done():
-                either: list[asyncio.Future[Any]] = [job, record.started]
-                await asyncio.wait(either, timeout=self.start_timeout, return_when=asyncio.FIRST_COMPLETED)
-                if not job.done() and not record.started.done():
-                    raise self.not_started(job_id)
-            return await asyncio.wait_for(asyncio.shield(job), self.job_timeout)
+            # One deadline, moved when a worker starts the job: --job-timeout
+            # counts from then (a worker still starting up, a replaced pool, is
+            # not the job's fault), and until then only a cluster's start_timeout.
+            # (Not a wait for either future and then a second wait: each is one
+            # more turn of the loop per job, and under GIL load each turn waits.)
+            async with asyncio.timeout(None) as deadline:
+                if record.started.done():
+                    begun(record.started)
+                else:
+                    if self.start_timeout is not None:
+                        deadline.reschedule(loop.time() + self.start_timeout)
+                    record.started.add_done_callback(begun)
+                # Shielded: the deadline stops the wait, not the job, which holds its slot until it has ended.
+                return await asyncio.shield(job)
         except TimeoutError:
+            if not record.started.done():
+                raise self.not_started(job_id) from None
             self.counts["timed_out"] += 1
             raise self.overran(job_id, workload) from None
         except BrokenProcessPool:
@@ -203,6 +218,8 @@ class PoolRunner:
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
+        finally:
+            waiting = False  # a start reported after the answer moves no deadline
 
     def _admit(self) -> None:
         """A 503 if every slot is busy and --max-pending jobs wait already."""

@@ -161,6 +161,9 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
         histories = [client.run_on_scheduler(_scheduler_monitor_history), *client.run(_monitor_history).values(),
                      *client.run(_monitor_history, nanny=True).values()]  # fmt: skip
         assert histories == [MONITOR_HISTORY] * 5, histories
+        # The scheduler's process and each worker trim the cache dask.utils.key_split keeps of every task key.
+        assert client.run_on_scheduler(_key_split_kept_after_trim) == 0
+        assert set(client.run(_key_split_kept_after_trim).values()) == {0}
     for pid in [owner.pid, *pids]:
         assert _ignores_sigint(pid), pid
     assert lab.terminate() == 0
@@ -438,6 +441,20 @@ def _scheduler_monitor_history(dask_scheduler: distributed.Scheduler) -> int | N
     return dask_scheduler.monitor.maxlen
 
 
+def _key_split_kept_after_trim(dask_scheduler: Any = None, dask_worker: Any = None) -> int:
+    """Fill this Dask process's key_split cache past what the lab keeps, run the server's trimming callback as
+    its period would; the answers left."""
+    from dask.utils import key_split
+
+    from lab.modes.distributed.spans import KEY_SPLIT_KEEP
+
+    server = dask_scheduler if dask_scheduler is not None else dask_worker
+    for number in range(KEY_SPLIT_KEEP + 10):
+        key_split(f"task-{number:032x}")
+    server.periodic_callbacks["lab-trim-key-split"].callback()
+    return int(key_split.cache_info().currsize)
+
+
 def _prunes_spans(dask_scheduler: distributed.Scheduler) -> bool:
     return dask_scheduler.periodic_callbacks["lab-prune-spans"].is_running()
 
@@ -502,3 +519,17 @@ def test_spans_of_forgotten_tasks_are_dropped_and_live_ones_kept() -> None:
                    ("execute", live, "int", "thread-cpu", "seconds"): 2.0}  # fmt: skip
         assert client.run_on_scheduler(_heartbeat, metrics) == {("execute", "int", "thread-cpu", "seconds"): 2.0}
         assert client.submit(int, 7, pure=False).result() == 7  # and the scheduler goes on
+
+
+def test_the_key_split_cache_is_cleared_past_what_the_lab_keeps() -> None:
+    from dask.utils import key_split
+
+    from lab.modes.distributed.spans import KEY_SPLIT_KEEP, trim_key_split_cache
+
+    key_split.cache_clear()
+    for number in range(KEY_SPLIT_KEEP):
+        key_split(f"task-{number:032x}")
+    assert not trim_key_split_cache()  # at the limit: kept
+    key_split("task-" + "f" * 32)
+    assert trim_key_split_cache()
+    assert key_split.cache_info().currsize == 0

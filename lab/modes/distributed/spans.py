@@ -1,4 +1,4 @@
-"""The embedded Dask cluster's upkeep of what Dask keeps per span forever (dask/distributed#7977).
+"""The embedded Dask cluster's upkeep of what Dask keeps per span (dask/distributed#7977) and per task key.
 
 Each request the lab sends on its own is a Dask computation, and so a span.
 The scheduler keeps every span, with the task groups it held, and a worker
@@ -16,6 +16,14 @@ callbacks of Dask's own servers, stopped with them):
   over spans, go to the scheduler with every heartbeat; nothing of the lab
   reads them).
 
+And one cache: dask.utils.key_split, which names a task's kind from its
+key, keeps its answer for each of the last 100,000 keys it was asked about.
+The lab gives every request a task key of its own, so the scheduler's
+process and each worker kept about 250 bytes more per /distributed request,
+some 25 MB each by the 100,000th (a soak's hour grew the cluster's process
+1.1 MB). Every PRUNE_EVERY_S, a process whose cache holds more than
+KEY_SPLIT_KEEP answers clears it (the answers are recomputed as needed).
+
 lab/modes/distributed/cluster_process.py calls keep_spans_bounded() on its
 scheduler; each of its workers imports this module as its nanny's preload,
 whose dask_setup() does the worker's part. Only the embedded cluster's: a
@@ -27,10 +35,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dask.utils import key_split
 from distributed.spans import CONTEXTS_WITH_SPAN_ID
 from tornado.ioloop import PeriodicCallback
 
 PRUNE_EVERY_S = 30.0
+KEY_SPLIT_KEEP = 1_000
 
 
 def every(server: Any, name: str, work: Callable[[], object], seconds: float = PRUNE_EVERY_S) -> None:
@@ -41,6 +51,14 @@ def every(server: Any, name: str, work: Callable[[], object], seconds: float = P
 
     server.periodic_callbacks[name] = PeriodicCallback(tick, seconds * 1000)
     server.start_periodic_callbacks()  # (starts those not running yet)
+
+
+def trim_key_split_cache() -> bool:
+    """Clear this process's key_split cache if it holds more than KEY_SPLIT_KEEP answers; whether it did."""
+    if key_split.cache_info().currsize <= KEY_SPLIT_KEEP:
+        return False
+    key_split.cache_clear()
+    return True
 
 
 # ---------- the scheduler ----------
@@ -87,9 +105,11 @@ def forgive_retired_spans(scheduler: Any) -> None:
 
 
 def keep_spans_bounded(scheduler: Any) -> None:
-    """The scheduler's part: stale heartbeats forgiven, and its forgotten spans pruned every PRUNE_EVERY_S."""
+    """The scheduler's part: stale heartbeats forgiven, and every PRUNE_EVERY_S its forgotten spans pruned and
+    its process's key_split cache trimmed."""
     forgive_retired_spans(scheduler)
     every(scheduler, "lab-prune-spans", lambda: prune_spans(scheduler))
+    every(scheduler, "lab-trim-key-split", trim_key_split_cache)
 
 
 # ---------- each worker ----------
@@ -106,5 +126,6 @@ def forget_span_metrics(worker: Any) -> int:
 
 
 def dask_setup(worker: Any) -> None:
-    """Dask's preload hook, run in each worker once it has started: the worker's part."""
+    """Dask's preload hook, run in each worker once it has started: the worker's part, and its key_split cache."""
     every(worker, "lab-forget-span-metrics", lambda: forget_span_metrics(worker))
+    every(worker, "lab-trim-key-split", trim_key_split_cache)

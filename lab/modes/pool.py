@@ -193,6 +193,8 @@ class PoolRunner:
                 # Shielded: the deadline stops the wait, not the job, which holds its slot until it has ended.
                 return await asyncio.shield(job)
         except TimeoutError:
+            if not deadline.expired():
+                raise  # the job's own, not the deadline's
             if not record.started.done():
                 raise self.not_started(job_id) from None
             self.counts["timed_out"] += 1

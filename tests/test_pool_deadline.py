@@ -1,0 +1,73 @@
+"""A pool job's deadline: --job-timeout from when a worker starts it, and only the deadline's timeout is a 504."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lab.errors import LabError
+from lab.modes.threading.runner import ThreadRunner
+from workloads.timing import RunRecord
+
+
+class _Runs(ThreadRunner):
+    """A thread pool whose every job is `work` (instead of a workload), started at once as the real one's."""
+
+    def __init__(self, work: Callable[[], Any], job_timeout: float, started_after: float = 0.0) -> None:
+        super().__init__("threading", size=2, max_pending=10, job_timeout=job_timeout)
+        self.work = work
+        self.started_after = started_after
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, self.work)
+        # A worker that reports its start late (a process pool's worker still starting up) is not late itself.
+        loop.call_later(self.started_after, self._started, job_id, None)
+        return future
+
+
+def _run(runner: _Runs) -> Any:
+    async def main() -> Any:
+        await runner.start()
+        try:
+            return await runner.run("count", {})
+        finally:
+            await runner.close()
+
+    return asyncio.run(main())
+
+
+def _works_a_second() -> str:
+    time.sleep(1.0)
+    return "done"
+
+
+def _raises_timeout() -> None:
+    raise TimeoutError("the job's own")
+
+
+def test_a_job_over_its_deadline_is_a_504() -> None:
+    runner = _Runs(lambda: time.sleep(0.5), job_timeout=0.1)
+    with pytest.raises(LabError) as error:
+        _run(runner)
+    assert error.value.status_code == 504
+    assert runner.counts["timed_out"] == 1
+
+
+def test_the_deadline_counts_from_the_start_the_worker_reports() -> None:
+    # 1 s of work with a 0.6 s deadline, reported started 0.9 s in: the deadline falls at 1.5 s, half a second
+    # after the job ends (counted from the hand-over it would fall 0.4 s before).
+    runner = _Runs(_works_a_second, job_timeout=0.6, started_after=0.9)
+    assert _run(runner) == "done"
+    assert runner.counts["timed_out"] == 0
+
+
+def test_a_timeout_the_job_raises_is_the_jobs_error_not_a_504() -> None:
+    runner = _Runs(_raises_timeout, job_timeout=30.0)
+    with pytest.raises(TimeoutError, match="the job's own"):
+        _run(runner)
+    assert runner.counts["timed_out"] == 0

@@ -17,10 +17,17 @@ from workloads.timing import RunRecord
 class _Runs(ThreadRunner):
     """A thread pool whose every job is `work` (instead of a workload), started at once as the real one's."""
 
-    def __init__(self, work: Callable[[], Any], job_timeout: float, started_after: float = 0.0) -> None:
+    def __init__(
+        self,
+        work: Callable[[], Any],
+        job_timeout: float,
+        started_after: float = 0.0,
+        start_timeout: float | None = None,
+    ) -> None:
         super().__init__("threading", size=2, max_pending=10, job_timeout=job_timeout)
         self.work = work
         self.started_after = started_after
+        self.start_timeout = start_timeout  # (a cluster's: how long a job may wait for a worker to begin it)
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         loop = asyncio.get_running_loop()
@@ -30,9 +37,13 @@ class _Runs(ThreadRunner):
         return future
 
 
-def _run(runner: _Runs) -> Any:
+def _run(runner: _Runs, hold: tuple[float, float] | None = None) -> Any:
+    """The runner's answer to one job; `hold`: (after, for) seconds, the event loop held as a /blocking run holds it."""
+
     async def main() -> Any:
         await runner.start()
+        if hold is not None:
+            asyncio.get_running_loop().call_later(hold[0], time.sleep, hold[1])
         try:
             return await runner.run("count", {})
         finally:
@@ -70,4 +81,26 @@ def test_a_timeout_the_job_raises_is_the_jobs_error_not_a_504() -> None:
     runner = _Runs(_raises_timeout, job_timeout=30.0)
     with pytest.raises(TimeoutError, match="the job's own"):
         _run(runner)
+    assert runner.counts["timed_out"] == 0
+
+
+def _works_a_moment() -> str:
+    time.sleep(0.02)
+    return "done"
+
+
+def test_a_job_that_ended_as_its_deadline_fell_is_answered() -> None:
+    # The job ends 0.02 s in, its deadline falls at 0.1 s, and the loop is held from 0.01 to 0.6 s: it learns of
+    # both in the same turn. The job was on time.
+    runner = _Runs(_works_a_moment, job_timeout=0.1)
+    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    assert runner.counts["timed_out"] == 0
+
+
+def test_a_start_reported_as_the_start_deadline_fell_is_a_start() -> None:
+    # A cluster's job: reported started 0.05 s in, with 0.1 s to start, and the loop held from 0.01 to 0.6 s, so
+    # it learns of the start and of the start deadline in the same turn. The job started in time: it gets
+    # --job-timeout (2 s) for its 1 s of work, not a 504 and not "no worker started it".
+    runner = _Runs(_works_a_second, job_timeout=2.0, started_after=0.05, start_timeout=0.1)
+    assert _run(runner, hold=(0.01, 0.6)) == "done"
     assert runner.counts["timed_out"] == 0

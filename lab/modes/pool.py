@@ -101,6 +101,10 @@ class Slots:
             self.idle.set()
 
 
+class _PastDeadline(Exception):
+    """A pool job's deadline fell before it ended (PoolRunner._within_deadline)."""
+
+
 @dataclass
 class _Job:
     """A job handed to an executor; `started` resolves when a worker really begins it."""
@@ -170,31 +174,9 @@ class PoolRunner:
             self.counts["cancelled_waiting"] += 1  # its client left before it started
             raise
         job_id, record, job = self._hand_over(workload, params)
-        loop = asyncio.get_running_loop()
-        waiting = True
-
-        def begun(_: object) -> None:
-            if waiting and not deadline.expired():
-                deadline.reschedule(loop.time() + self.job_timeout)
-
         try:
-            # One deadline, moved when a worker starts the job: --job-timeout
-            # counts from then (a worker still starting up, a replaced pool, is
-            # not the job's fault), and until then only a cluster's start_timeout.
-            # (Not a wait for either future and then a second wait: each is one
-            # more turn of the loop per job, and under GIL load each turn waits.)
-            async with asyncio.timeout(None) as deadline:
-                if record.started.done():
-                    begun(record.started)
-                else:
-                    if self.start_timeout is not None:
-                        deadline.reschedule(loop.time() + self.start_timeout)
-                    record.started.add_done_callback(begun)
-                # Shielded: the deadline stops the wait, not the job, which holds its slot until it has ended.
-                return await asyncio.shield(job)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the job's own, not the deadline's
+            return await self._within_deadline(job, record)
+        except _PastDeadline:
             if not record.started.done():
                 raise self.not_started(job_id) from None
             self.counts["timed_out"] += 1
@@ -220,8 +202,47 @@ class PoolRunner:
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
+
+    async def _within_deadline(self, job: asyncio.Future[RunRecord], record: _Job) -> RunRecord:
+        """The job's result, or _PastDeadline: --job-timeout counts from when a worker starts it (a worker
+        still starting up, a replaced pool, is not the job's fault), and until then a cluster's start_timeout.
+
+        One deadline, moved when the start is reported, rather than a wait for
+        either future and then a second wait: each is one more turn of the loop
+        per job, and under GIL load each turn waits.
+        """
+        loop = asyncio.get_running_loop()
+        waiting = True
+        moved = False  # to --job-timeout after the start
+
+        def begun(_: object) -> None:
+            nonlocal moved
+            if waiting and not deadline.expired():
+                deadline.reschedule(loop.time() + self.job_timeout)
+                moved = True
+
+        try:
+            async with asyncio.timeout(None) as deadline:
+                if record.started.done():
+                    begun(record.started)
+                else:
+                    if self.start_timeout is not None:
+                        deadline.reschedule(loop.time() + self.start_timeout)
+                    record.started.add_done_callback(begun)
+                # Shielded: the deadline stops the wait, not the job, which holds its slot until it has ended.
+                return await asyncio.shield(job)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the job's own, not the deadline's
         finally:
-            waiting = False  # a start reported after the answer moves no deadline
+            waiting = False  # a start reported after this moves no deadline
+        # The deadline fell. A job that ended as it fell, or a start that came as the start deadline fell, was
+        # on time: the loop learned of them late (a /blocking run held it through both).
+        if record.started.done() and not moved and not job.done():
+            await asyncio.wait([job], timeout=self.job_timeout)
+        if job.done():
+            return job.result()
+        raise _PastDeadline
 
     def _admit(self) -> None:
         """A 503 if every slot is busy and --max-pending jobs wait already."""

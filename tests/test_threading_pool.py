@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import threading
 
 from lab.modes.threading.runner import ThreadRunner
+from tests.procs import schedstat_files_open
 
 
 def _pool_threads() -> set[threading.Thread]:
@@ -29,31 +28,20 @@ def test_a_started_pool_has_every_thread_before_its_first_job() -> None:
     assert len(asyncio.run(started()) - before) == 5
 
 
-def _open_schedstat_threads() -> set[int]:
-    """Thread ids of this process whose schedstat file this process holds open."""
-    held = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.endswith("/schedstat") and f"/proc/{os.getpid()}/task/" in target:
-                held.add(int(target.split("/")[4]))
-    return held
-
-
 def test_each_started_thread_holds_its_schedstat_file_before_its_first_job() -> None:
     """A thread's split reads its schedstat through a file kept open (workloads/clocks.py): opened at start,
     a pool's descriptors are the same from its first request on, not one more for each thread's first job."""
 
-    async def started() -> tuple[set[int], set[int]]:
+    async def started() -> dict[int, int]:
         runner = ThreadRunner("threading", size=4, max_pending=10, job_timeout=30.0)
         await runner.start()
         try:
             new = {thread.native_id for thread in _pool_threads() - before if thread.native_id}
-            return new, _open_schedstat_threads()
+            return {tid: schedstat_files_open(tid) for tid in new}
         finally:
             await runner.close()
 
     before = _pool_threads()
-    threads, held = asyncio.run(started())
-    assert len(threads) == 4
-    assert threads <= held
+    held = asyncio.run(started())
+    assert len(held) == 4
+    assert set(held.values()) == {1}, held  # one file each, open before any job

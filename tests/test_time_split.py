@@ -7,7 +7,6 @@ wide, measured on the project's 2-core machine with 0 to 6 busy loops beside it)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ import pytest
 
 from lab.instruments.cores import CoreMeter
 from tests.lab_server import LabServer, copies, get_many
+from tests.procs import schedstat_files_open
 from workloads import clocks
 
 
@@ -118,15 +118,6 @@ def test_the_clocks_read_the_kernels_run_queue() -> None:
     assert whole is not None and whole >= before  # this thread's wait is part of the process's
 
 
-def _schedstat_files_open(tid: int) -> int:
-    """How many of this process's descriptors are open on thread `tid`'s schedstat file."""
-    found = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            found += os.readlink(f"/proc/self/fd/{fd}").endswith(f"/task/{tid}/schedstat")
-    return found
-
-
 def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -> None:
     own = clocks._OwnThreads()
     began, stop = threading.Event(), threading.Event()
@@ -143,23 +134,23 @@ def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -
     for _ in range(3):  # read again and again through the one file
         stats = own.read()
         assert stats is not None and {str(tid), str(threading.get_native_id())} <= set(stats)
-        assert _schedstat_files_open(tid) == 1
+        assert schedstat_files_open(tid) == 1
     stop.set()
     thread.join()
     stats = own.read()
     assert stats is not None and str(tid) not in stats
-    assert _schedstat_files_open(tid) == 0  # closed with its thread
+    assert schedstat_files_open(tid) == 0  # closed with its thread
     # A forked child holds none of the files this process keeps (they describe the parent's threads) from the
     # moment it starts, and reads its own one thread.
     del own
     parent = threading.get_native_id()
     clocks.thread_core_wait()
     clocks.process_core_wait()
-    assert _schedstat_files_open(parent) == 2  # this thread's own reader's, and the process reader's
+    assert schedstat_files_open(parent) == 2  # this thread's own reader's, and the process reader's
     reader, writer = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover (the child)
-        inherited = _schedstat_files_open(parent)
+        inherited = schedstat_files_open(parent)
         os.write(writer, json.dumps([inherited, sorted(clocks.own_threads_schedstat() or {})]).encode())
         os._exit(0)
     os.close(writer)

@@ -58,7 +58,7 @@ CONNECT_TIMEOUT_S = 10.0
 RECONNECT_TIMEOUT_S = 3.0
 RECONNECT_EVERY_S = 3.0
 
-# The client's own identity poll, which the lab's watch makes redundant: off (as good as).
+# The client's own identity poll (configure() says why it is off): as good as never.
 SCHEDULER_INFO_NEVER = "1 day"
 
 _configured = False

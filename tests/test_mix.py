@@ -17,6 +17,7 @@ from lab.modes.registry import MODES
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many
 from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, SIZES, gil_wait
+from workloads import waits
 from workloads.mix import compute, mix
 from workloads.registry import WORKLOADS, await_timed, run_timed
 from workloads.steps import Steps
@@ -130,6 +131,22 @@ def test_waits_are_counted_only_inside_a_timed_run_and_each_task_keeps_its_own()
     assert short == pytest.approx(0.01, abs=TIMER_GRAIN_MS / 1000) and long == pytest.approx(
         0.04, abs=TIMER_GRAIN_MS / 1000
     )
+
+
+def test_a_preemption_as_a_wait_ends_is_not_taken_out_of_it() -> None:
+    # The thread's own time read as the wait ends takes 5 ms, all of it queued for a core (a preempted thread on a
+    # loaded machine): a 20 ms sleep is still 20 ms of waiting on purpose, not 15.
+    readings = iter([0.0, 0.005])
+
+    def own() -> float:
+        value = next(readings)
+        if value:
+            time.sleep(value)  # queued while reading
+        return value
+
+    with waits.counting(own) as counted:
+        waits.sleep(0.02)
+    assert counted.total == pytest.approx(0.02)
 
 
 @pytest.mark.slow

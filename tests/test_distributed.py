@@ -380,6 +380,23 @@ def test_a_loop_held_by_blocking_runs_is_not_a_lost_scheduler(start_server: Star
     assert len(_connections_to_the_cluster(lab.pid)) == 2
 
 
+def test_results_that_arrive_together_are_fetched_over_one_connection(start_server: StartServer) -> None:
+    # A result is fetched from the scheduler once the stream says its task is done. Two workers finish their
+    # tasks while a /blocking run holds the loop, so both results (and the watch's poll) are due in the same
+    # turn: a client's pool opened a connection for each call that found none free and kept it, so the
+    # server held one descriptor more for every result it had ever fetched at once (three, four, under load).
+    lab = start_server("--process-pool", "1", "--dask-workers", "2")
+    assert get(f"{lab.url}/distributed/sleep?seconds=0", timeout=60).status == 200
+    for _ in range(3):
+        with ThreadPoolExecutor(5) as pool:
+            waiting = [pool.submit(get, url, 120) for url in copies(f"{lab.url}/distributed/sleep?seconds=0.3", 4)]
+            assert wait_for(lambda: pool_stats(lab.url, "distributed")["running"] == 2)
+            assert get(f"{lab.url}/blocking/sleep?seconds=1", 60).status == 200
+            assert [w.result(timeout=120).status for w in waiting] == [200] * 4
+    # The client's stream, and the one connection the lab's calls (fetches, the watch's polls) take turns on.
+    assert len(_connections_to_the_cluster(lab.pid)) == 2
+
+
 def _connections_to_the_cluster(lab_pid: int) -> list[Any]:
     """The server process's TCP connections to the ports its embedded cluster's process listens on."""
     listening = {c.laddr.port for c in _cluster_process(lab_pid).net_connections("tcp") if c.status == "LISTEN"}
@@ -498,16 +515,19 @@ def test_spans_of_forgotten_tasks_are_dropped_and_live_ones_kept() -> None:
     # embedded cluster's process grew by 45 MB. Its scheduler drops the spans whose task groups are all gone.
     local = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None)
     with local as cluster, distributed.Client(cluster) as client:
-        for i in range(20):
-            assert client.submit(int, i, pure=False).result() == i  # each alone: a span each, then released
-        held = client.submit(int, 99, pure=False)
-        assert held.result() == 99
         scheduler = cluster.scheduler
         assert scheduler is not None
+        for i in range(20):
+            assert client.submit(int, i, pure=False).result() == i  # each alone: a span each, then released
+            # Forgotten before the next is sent: a task sent while its group still lived would share its span
+            # (one run had a single span for all twenty, and nothing to drop).
+            assert wait_for(lambda: not scheduler.tasks)
+        held = client.submit(int, 99, pure=False)
+        assert held.result() == 99
         spans = scheduler.extensions["spans"]
         assert wait_for(lambda: len(scheduler.tasks) == 1)  # the twenty forgotten, the held one kept
         before = len(spans.spans)
-        assert before >= 2  # (a span is shared while its task group lives: here a few, one per group)
+        assert before == 21  # (a span is shared while its task group lives: here one per task)
         gone = next(span_id for span_id in spans.spans if span_id != scheduler.tasks[held.key].group.span_id)
         assert client.run_on_scheduler(_prune) == before - 1
         live = scheduler.tasks[held.key].group.span_id

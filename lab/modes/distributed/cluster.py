@@ -112,7 +112,13 @@ class Cluster:
         self.workers = workers  # embedded cluster only
         self.view = view
         self.roster = Roster()
-        self.health = Health(self.roster, view, embedded=scheduler is None, resized=resized, address=self.address)
+        # The lab's calls to the scheduler (results fetched, the watch's polls) take turns. A client's pool opens
+        # a connection for each call that finds none free, and keeps it: calls at once (results due together,
+        # after a stall) left the server and its scheduler one descriptor more each time, for good.
+        self.lane = asyncio.Lock()
+        self.health = Health(
+            self.roster, view, embedded=scheduler is None, resized=resized, address=self.address, lane=self.lane
+        )
         self._started = started
         self.topic = f"lab-started-{uuid.uuid4().hex[:8]}"
         self._task = task()
@@ -251,7 +257,7 @@ class Cluster:
     async def _outcome(self, job_id: int, future: Future[RunRecord]) -> RunRecord:
         """The task's record, or the lab's error for what went wrong; the task is cancelled if we stop waiting."""
         trouble = self.health.trouble()
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(future)]
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._result(future))]
         if trouble is not None:
             waits.append(trouble)
         try:
@@ -287,6 +293,15 @@ class Cluster:
             waits[0].cancel()
             self._futures.pop(job_id, None)
             future.release()  # a result held here would be recomputed if its worker died
+
+    async def _result(self, future: Future[RunRecord]) -> RunRecord:
+        """The task's record, fetched in the lane once the client's stream has said the task is done."""
+        state = future._state  # (what awaiting the future waits on first: no call to the scheduler)
+        assert state is not None  # bound to its client when submitted
+        await state.wait()
+        async with self.lane:
+            record: RunRecord = await future
+            return record
 
     def _on_started(self, event: tuple[float, dict[str, Any]]) -> None:
         _, message = event

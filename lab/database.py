@@ -15,9 +15,9 @@ import argparse
 import logging
 import os
 import shutil
-import tempfile
 from urllib.parse import urlsplit, urlunsplit
 
+from lab.scratch import scratch_dir
 from workloads.page.database import POSTGRES, SQLITE
 from workloads.page.seed import SEED_ROWS
 from workloads.page.sqlite import create
@@ -65,22 +65,8 @@ def preflight(url: str) -> str | None:
 PREFIX = "lab-page-"
 
 
-def sweep(folder: str) -> None:
-    """Remove what servers killed outright (SIGKILL: no stop()) left in `folder`: dirs named for a dead pid."""
-    for name in os.listdir(folder):
-        pid = name.removeprefix(PREFIX).split("-")[0]
-        if not name.startswith(PREFIX) or not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
-
-
 class EmbeddedDatabase:
-    """A SQLite file seeded in a temporary directory of its own (named for this pid), removed by stop()."""
+    """A SQLite file seeded in a temporary directory of its own (lab/scratch.py), removed by stop()."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -89,8 +75,7 @@ class EmbeddedDatabase:
 
     @classmethod
     def start(cls) -> EmbeddedDatabase:
-        sweep(tempfile.gettempdir())
-        embedded = cls(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+        embedded = cls(scratch_dir(PREFIX))
         create(embedded.path, SEED_ROWS)
         log.info("embedded database: SQLite at %s, %d rows", embedded.path, SEED_ROWS)
         return embedded

@@ -24,9 +24,9 @@ import pytest
 
 import peers.app
 from lab import ROOT
-from lab.database import sweep
 from lab.modes.interpreters.runner import unavailable_inside
 from lab.modes.registry import MODES
+from lab.scratch import sweep
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, Reply, copies, get, get_many
@@ -231,11 +231,12 @@ def test_sqlite_times_its_count_before_its_first_query(page_database: str) -> No
     db.close()
 
 
-def test_a_server_killed_outright_leaves_its_sqlite_for_the_next_start_to_remove(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefix", ["lab-page-", "lab-dask-"])  # its SQLite file; its Dask cluster's folder
+def test_a_server_killed_outright_leaves_its_folders_for_the_next_start_to_remove(tmp_path: Path, prefix: str) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
-    (tmp_path / f"lab-page-{dead}-abc").mkdir()  # a server that got SIGKILL: no stop() removed it
-    (tmp_path / f"lab-page-{os.getpid()}-def").mkdir()  # a live one's
-    (tmp_path / "lab-page-other").mkdir()  # not named for a pid: not ours to judge
-    sweep(str(tmp_path))
-    assert sorted(path.name for path in tmp_path.iterdir()) == [f"lab-page-{os.getpid()}-def", "lab-page-other"]
+    (tmp_path / f"{prefix}{dead}-abc").mkdir()  # a server that got SIGKILL: no stop() removed it
+    (tmp_path / f"{prefix}{os.getpid()}-def").mkdir()  # a live one's
+    (tmp_path / f"{prefix}other").mkdir()  # not named for a pid: not ours to judge
+    sweep(str(tmp_path), prefix)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"{prefix}{os.getpid()}-def", f"{prefix}other"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -38,6 +37,7 @@ from lab.modes.distributed.health import Health
 from lab.modes.distributed.roster import Roster
 from lab.modes.distributed.worker import WARM_WAIT_S, WarmUp, task, warmed, workloads_upload
 from lab.modes.pool import RETRY_AFTER_S
+from lab.scratch import scratch_dir
 from workloads.page.errors import Unavailable
 from workloads.timing import RunRecord
 
@@ -60,6 +60,8 @@ RECONNECT_EVERY_S = 3.0
 
 # The client's own identity poll (configure() says why it is off): as good as never.
 SCHEDULER_INFO_NEVER = "1 day"
+# The embedded cluster's folder (its workers' local directories), named for this pid (lab/scratch.py).
+SCRATCH_PREFIX = "lab-dask-"
 
 _configured = False
 
@@ -204,7 +206,7 @@ class Cluster:
             # (/tmp/dask-scratch-space): its workers put their local directory
             # first on sys.path, where a package another client uploaded to
             # some other cluster (UploadDirectory) would shadow this project's.
-            cluster = EmbeddedCluster(self.workers, tempfile.mkdtemp(prefix="lab-dask-"))
+            cluster = EmbeddedCluster(self.workers, scratch_dir(SCRATCH_PREFIX))
             await cluster.start()  # (one that fails is stopped, its directory removed)
             self._cluster = cluster
         assert self._cluster.address is not None  # known once started

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
-from bench.lib.soak.census import Known, ProcSample, role_of, unknown
+from bench.lib.soak.census import Known, ProcSample, measure, role_of, unknown
 from bench.lib.soak.faults import mixed_pools, process_pools
 from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
@@ -27,6 +31,7 @@ from bench.lib.soak.verdict import (
     unexpected_check,
 )
 from bench.soak import default_warmup
+from tests.procs import wait_for
 
 MB = 2**20
 BASE = 150 * MB
@@ -245,3 +250,23 @@ def test_a_trend_is_fitted_to_the_last_process_once_it_is_as_old_as_the_warm_up(
     # A replacement younger than the warm-up: nothing to fit (too few samples, not a trend).
     assert trend_samples([*series[:40], sample(3000.0, 3)], middle=1800.0, warmup_s=720.0) == []
     assert trend_samples([], middle=1800.0, warmup_s=720.0) == []
+
+
+def test_the_census_counts_the_threads_a_process_keeps_not_one_that_comes_and_goes() -> None:
+    # As the GIL meter does: a thread for a 10 ms sample, every 60 ms or so; and one thread kept throughout.
+    script = textwrap.dedent("""
+        import threading, time
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        while True:
+            threading.Thread(target=time.sleep, args=(0.01,)).start()
+            time.sleep(0.005)
+    """)  # (a new one every 5 ms: one or two are almost always alive, so a plain count is almost always more)
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        process = psutil.Process(child.pid)
+        assert wait_for(lambda: process.num_threads() >= 3)  # the main thread, the kept one, passing ones
+        counted = [measure([(process, "server")])[0].threads for _ in range(10)]
+        assert counted == [2] * 10
+    finally:
+        child.kill()
+        child.wait()

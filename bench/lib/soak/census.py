@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,26 +116,46 @@ def lab_tree(root: int, known: Known) -> list[tuple[psutil.Process, str]]:
     return found
 
 
+# A thread counts if it is there at two reads this far apart. The GIL meter (the server's, and Dask's own in each
+# of its workers: gilknocker) starts a thread for every 10 ms sample it takes, every 60 ms or so: counted as
+# they happened to be, a process showed one thread more about one read in six.
+STEADY_S = 0.1
+
+
 def measure(tree: Iterable[tuple[psutil.Process, str]]) -> list[ProcSample]:
-    """Each process's RSS, descriptors, threads and children now, keyed by role and age (a process that
-    vanished meanwhile is left out)."""
-    rows: list[tuple[psutil.Process, str, tuple[float, int, int, int, int]]] = []
+    """Each process's RSS, descriptors, threads (those that last: STEADY_S) and children now, keyed by role and
+    age (a process that vanished meanwhile is left out). Blocks for STEADY_S: call it from a thread."""
+    tree = list(tree)
+    first, started = {process.pid: _threads(process.pid) for process, _ in tree}, time.monotonic()
+    rows: list[tuple[psutil.Process, str, tuple[float, int, int, int]]] = []
     for process, role in tree:
         with contextlib.suppress(psutil.Error), process.oneshot():
             if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            numbers = (process.create_time(), process.memory_info().rss, process.num_fds(), process.num_threads(),
-                       len(process.children()))  # fmt: skip
+            numbers = (process.create_time(), process.memory_info().rss, process.num_fds(), len(process.children()))
             rows.append((process, role, numbers))
+    time.sleep(max(0.0, started + STEADY_S - time.monotonic()))
     by_role: dict[str, list[tuple[float, int]]] = {}
     for process, role, numbers in rows:
         by_role.setdefault(role, []).append((numbers[0], process.pid))
     samples = []
-    for process, role, (created, rss, fds, threads, children) in rows:
+    for process, role, (created, rss, fds, children) in rows:
         members = sorted(by_role[role])
         key = role if len(members) == 1 else f"{role}#{members.index((created, process.pid))}"
+        now = _threads(process.pid)
+        if not now:  # gone meanwhile
+            continue
+        threads = len(first[process.pid] & now)
         samples.append(ProcSample(process.pid, role, key, created, rss, fds, threads, children))
     return samples
+
+
+def _threads(pid: int) -> set[str]:
+    """The ids of `pid`'s threads now (none if it has gone)."""
+    try:
+        return set(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return set()
 
 
 def counts(samples: Iterable[ProcSample]) -> dict[str, dict[str, int]]:

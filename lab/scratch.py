@@ -28,7 +28,7 @@ def sweep(folder: str, prefix: str) -> None:
             continue
         try:
             os.kill(int(pid), 0)
-        except ProcessLookupError:
+        except (ProcessLookupError, OverflowError):  # (a number no pid can be: not a server's either way)
             shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         except PermissionError:
             pass  # alive, someone else's

@@ -135,17 +135,18 @@ def measure(tree: Iterable[tuple[psutil.Process, str]]) -> list[ProcSample]:
             numbers = (process.create_time(), process.memory_info().rss, process.num_fds(), len(process.children()))
             rows.append((process, role, numbers))
     time.sleep(max(0.0, started + STEADY_S - time.monotonic()))
-    by_role: dict[str, list[tuple[float, int]]] = {}
+    steady = []
     for process, role, numbers in rows:
+        now = _threads(process.pid)
+        if now:  # (gone meanwhile: left out, before the roles are numbered)
+            steady.append((process, role, numbers, len(first[process.pid] & now)))
+    by_role: dict[str, list[tuple[float, int]]] = {}
+    for process, role, numbers, _ in steady:
         by_role.setdefault(role, []).append((numbers[0], process.pid))
     samples = []
-    for process, role, (created, rss, fds, children) in rows:
+    for process, role, (created, rss, fds, children), threads in steady:
         members = sorted(by_role[role])
         key = role if len(members) == 1 else f"{role}#{members.index((created, process.pid))}"
-        now = _threads(process.pid)
-        if not now:  # gone meanwhile
-            continue
-        threads = len(first[process.pid] & now)
         samples.append(ProcSample(process.pid, role, key, created, rss, fds, threads, children))
     return samples
 

@@ -60,6 +60,13 @@ RECONNECT_EVERY_S = 3.0
 
 # The client's own identity poll (configure() says why it is off): as good as never.
 SCHEDULER_INFO_NEVER = "1 day"
+# The embedded cluster's client keeps one connection for its calls to the scheduler (results fetched, the
+# watch's polls): a pool opens a connection for each call that finds none free and keeps them all, so a server
+# held one descriptor more (and its scheduler one more) for every call that had ever overlapped, two to four
+# under load. At one, a call that finds it busy waits, and the pool closes and opens it again once (loopback:
+# a millisecond or two); a probe at c=4 and c=10 measured the same throughput. Not for an external cluster:
+# there a call can take long (a worker's restart), and the watch's poll must not wait behind it.
+EMBEDDED_CONNECTIONS = 1
 # The embedded cluster's folder (its workers' local directories), named for this pid (lab/scratch.py).
 SCRATCH_PREFIX = "lab-dask-"
 
@@ -114,13 +121,7 @@ class Cluster:
         self.workers = workers  # embedded cluster only
         self.view = view
         self.roster = Roster()
-        # The lab's calls to the scheduler (results fetched, the watch's polls) take turns. A client's pool opens
-        # a connection for each call that finds none free, and keeps it: calls at once (results due together,
-        # after a stall) left the server and its scheduler one descriptor more each time, for good.
-        self.lane = asyncio.Lock()
-        self.health = Health(
-            self.roster, view, embedded=scheduler is None, resized=resized, address=self.address, lane=self.lane
-        )
+        self.health = Health(self.roster, view, embedded=scheduler is None, resized=resized, address=self.address)
         self._started = started
         self.topic = f"lab-started-{uuid.uuid4().hex[:8]}"
         self._task = task()
@@ -206,11 +207,13 @@ class Cluster:
             # (/tmp/dask-scratch-space): its workers put their local directory
             # first on sys.path, where a package another client uploaded to
             # some other cluster (UploadDirectory) would shadow this project's.
-            cluster = EmbeddedCluster(self.workers, scratch_dir(SCRATCH_PREFIX))
+            cluster = EmbeddedCluster(self.workers, await asyncio.to_thread(scratch_dir, SCRATCH_PREFIX))
             await cluster.start()  # (one that fails is stopped, its directory removed)
             self._cluster = cluster
         assert self._cluster.address is not None  # known once started
-        client: Client = await distributed.Client(self._cluster.address, asynchronous=True, timeout=CONNECT_TIMEOUT_S)
+        client: Client = await distributed.Client(
+            self._cluster.address, asynchronous=True, timeout=CONNECT_TIMEOUT_S, connection_limit=EMBEDDED_CONNECTIONS
+        )
         return client
 
     async def _join(self, patience: float) -> Client:
@@ -259,7 +262,7 @@ class Cluster:
     async def _outcome(self, job_id: int, future: Future[RunRecord]) -> RunRecord:
         """The task's record, or the lab's error for what went wrong; the task is cancelled if we stop waiting."""
         trouble = self.health.trouble()
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._result(future))]
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(future)]
         if trouble is not None:
             waits.append(trouble)
         try:
@@ -295,15 +298,6 @@ class Cluster:
             waits[0].cancel()
             self._futures.pop(job_id, None)
             future.release()  # a result held here would be recomputed if its worker died
-
-    async def _result(self, future: Future[RunRecord]) -> RunRecord:
-        """The task's record, fetched in the lane once the client's stream has said the task is done."""
-        state = future._state  # (what awaiting the future waits on first: no call to the scheduler)
-        assert state is not None  # bound to its client when submitted
-        await state.wait()
-        async with self.lane:
-            record: RunRecord = await future
-            return record
 
     def _on_started(self, event: tuple[float, dict[str, Any]]) -> None:
         _, message = event

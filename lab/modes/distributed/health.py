@@ -46,20 +46,18 @@ class Health:
     """What the lab knows of its cluster's health: `view` (/stats) and `problem()` (why a request cannot run).
 
     `resized(threads)` is called whenever the cluster's worker threads are
-    counted anew; `address()` names the scheduler in messages; the calls to
-    the scheduler wait their turn in `lane`.
+    counted anew; `address()` names the scheduler in messages.
     """
 
     def __init__(
         self, roster: Roster, view: dict[str, Any], *, embedded: bool,
-        resized: Callable[[int], None], address: Callable[[], str], lane: asyncio.Lock,
+        resized: Callable[[int], None], address: Callable[[], str],
     ) -> None:  # fmt: skip
         self.roster = roster
         self.view = view
         self.embedded = embedded
         self._resized = resized
         self._address = address
-        self._lane = lane  # the calls to the scheduler take turns (Cluster says why)
         self.heard = time.monotonic()  # when the scheduler last answered
         self._empty_since: float | None = None  # when the cluster was last seen with no worker
         self._trouble: asyncio.Future[LabError] | None = None  # failed while requests cannot be served
@@ -110,13 +108,11 @@ class Health:
     async def refresh(self, client: Client) -> None:
         """Ask the scheduler which workers it has: note losses, learn new workers' pids, resize, fail on none."""
         assert client.scheduler is not None  # set once the client is connected
-        async with self._lane:
-            identity = await client.scheduler.identity(n_workers=-1)
+        identity = await client.scheduler.identity(n_workers=-1)
         workers: dict[str, Any] = identity["workers"]
         new = self.roster.take_roll(workers)
         if new:
-            async with self._lane:
-                pids = await client.run(os.getpid, workers=new, on_error="ignore")
+            pids = await client.run(os.getpid, workers=new, on_error="ignore")
             for address, pid in pids.items():
                 if isinstance(pid, int):
                     self.roster.learn(address, pid)

@@ -553,3 +553,25 @@ def test_the_key_split_cache_is_cleared_past_what_the_lab_keeps() -> None:
     key_split("task-" + "f" * 32)
     assert trim_key_split_cache()
     assert key_split.cache_info().currsize == 0
+
+
+def test_the_server_trims_its_own_key_split_cache_as_it_submits() -> None:
+    # The client splits every key it submits (one per request: pure=False) and keeps the answer, in the server.
+    from dask.utils import key_split
+
+    from lab.modes.distributed.cluster import Cluster
+    from lab.modes.distributed.spans import KEY_SPLIT_KEEP
+
+    submitted = []
+    cluster = Cluster(None, 1, {}, started=lambda job, address: None, resized=lambda threads: None)
+    cluster.client = SimpleNamespace(submit=lambda *args, **kwargs: submitted.append(args) or SimpleNamespace())  # type: ignore[assignment]
+
+    async def submit_past_the_limit() -> None:
+        for number in range(KEY_SPLIT_KEEP + 1):
+            key_split(f"run-{number:032x}")  # as the client does for each task's key
+            cluster.submit(number, "count", {"n": 1}).cancel()  # (its outcome is not what this test is about)
+
+    key_split.cache_clear()
+    asyncio.run(submit_past_the_limit())
+    assert len(submitted) == KEY_SPLIT_KEEP + 1
+    assert key_split.cache_info().currsize == 0

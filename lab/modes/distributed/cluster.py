@@ -35,6 +35,7 @@ from lab.modes.distributed import worker as dask_worker
 from lab.modes.distributed.embedded import EmbeddedCluster
 from lab.modes.distributed.health import Health
 from lab.modes.distributed.roster import Roster
+from lab.modes.distributed.spans import trim_key_split_cache
 from lab.modes.distributed.worker import WARM_WAIT_S, WarmUp, task, warmed, workloads_upload
 from lab.modes.pool import RETRY_AFTER_S
 from lab.scratch import scratch_dir
@@ -257,6 +258,8 @@ class Cluster:
             self._task, job_id, self.topic, workload, params, pure=False, workers=heard, allow_other_workers=False
         )
         self._futures[job_id] = future
+        # The client splits each new key too, and keeps the answer: a soak's hour grew a server ~1.5 MB.
+        trim_key_split_cache()
         return asyncio.ensure_future(self._outcome(job_id, future))
 
     async def _outcome(self, job_id: int, future: Future[RunRecord]) -> RunRecord:

@@ -27,7 +27,9 @@ KEY_SPLIT_KEEP answers clears it (the answers are recomputed as needed).
 lab/modes/distributed/cluster_process.py calls keep_spans_bounded() on its
 scheduler; each of its workers imports this module as its nanny's preload,
 whose dask_setup() does the worker's part. Only the embedded cluster's: a
-cluster of your own keeps what it keeps.
+cluster of your own keeps what it keeps. The lab's own client splits every
+key it submits as well, so the server trims its cache as it submits
+(whichever cluster it uses).
 """
 
 from __future__ import annotations

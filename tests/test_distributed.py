@@ -562,9 +562,14 @@ def test_the_server_trims_its_own_key_split_cache_as_it_submits() -> None:
     from lab.modes.distributed.cluster import Cluster
     from lab.modes.distributed.spans import KEY_SPLIT_KEEP
 
-    submitted = []
+    submitted: list[tuple[Any, ...]] = []
+
+    def submit(*args: Any, **kwargs: Any) -> SimpleNamespace:
+        submitted.append(args)
+        return SimpleNamespace()
+
     cluster = Cluster(None, 1, {}, started=lambda job, address: None, resized=lambda threads: None)
-    cluster.client = SimpleNamespace(submit=lambda *args, **kwargs: submitted.append(args) or SimpleNamespace())  # type: ignore[assignment]
+    cluster.client = SimpleNamespace(submit=submit)  # type: ignore[assignment]
 
     async def submit_past_the_limit() -> None:
         for number in range(KEY_SPLIT_KEEP + 1):

@@ -20,10 +20,10 @@ from lab.modes.registry import MODES
 from tests.bench_helpers import is_png
 from tests.compare_runs import ROW, write_run
 from tests.lab_server import LabServer
-from tests.page_visit import RACE_TIMEOUT_MS, Visit, assert_labels_fit, chromium, load, visiting
+from tests.page_visit import BROWSER_TEST_TIMEOUT_S, RACE_TIMEOUT_MS, Visit, assert_labels_fit, chromium, load, visiting
 from tests.procs import wait_for
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(BROWSER_TEST_TIMEOUT_S)]
 
 SCREENSHOTS = ROOT / "test-artifacts" / "page"
 # The same GIL-bound loop in every mode (about 0.15 s a run here), so the screenshots compare.

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from tests.lab_server import LabServer
 from tests.page_visit import (
+    BROWSER_TEST_TIMEOUT_S,
     DESKTOP,
     PHONE,
     RACE_TIMEOUT_MS,
@@ -27,7 +28,7 @@ from tests.page_visit import (
     visiting,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(BROWSER_TEST_TIMEOUT_S)]
 
 MODES = ["blocking", "threading", "processing", "distributed", "async"]  # those this server runs, in its order
 SLEEP = {"seconds": "0.05"}  # small: every mode's race takes well under a second

@@ -73,8 +73,8 @@ def waiting(expected: float | None = None) -> Iterator[None]:
     try:
         yield
     finally:
-        own = waits.own() - own
-        waited = max(0.0, time.perf_counter() - start - own)
+        ran = waits.own() - own
+        waited = max(0.0, time.perf_counter() - start - ran)
         waits.total += waited if expected is None else min(waited, expected)
 
 

@@ -87,8 +87,9 @@ def configure() -> None:
         "distributed.admin.system-monitor.gil.enabled": False,
         # A client asks its scheduler for its identity every 2 s on its own; the lab's watch asks the same
         # every WATCH_EVERY_S (lab/modes/distributed/health.py). When both asked at once (a loop stalled by a
-        # /blocking run wakes both), the client's connection pool opened a second connection and kept it
-        # for good: a soak saw a server and its cluster each hold one descriptor more after such a stall.
+        # /blocking run wakes both), the client's pool opened a second connection: kept for good by an
+        # external cluster's client (a soak saw one descriptor more after such a stall), closed and opened
+        # again by the embedded one's (EMBEDDED_CONNECTIONS).
         "distributed.client.scheduler-info-interval": SCHEDULER_INFO_NEVER,
     })  # fmt: skip
     initialize_logging(dask.config.config)  # importing distributed applied its defaults

@@ -69,6 +69,8 @@ CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_INVALID, CLOSE_POLICY, CLOSE_TOO_BIG = 10
 MAX_LINE_BYTES = 1 << 20
 # Kept from the load generator's stderr, to explain a crash.
 STDERR_TAIL_BYTES = 2000
+# The answer to a race asked for while another runs in this process (one at a time: two would measure each other).
+BUSY = "busy: another race is running on this server; try again when it has finished"
 
 
 class RaceInputError(ValueError):
@@ -285,7 +287,7 @@ class RaceSocket(WebSocketHandler, HostCheckedHandler):
             return
         races = self.services.races
         if races:  # one at a time per server process: two races would measure each other
-            self._refuse("busy: another race is running on this server; try again when it has finished")
+            self._refuse(BUSY)
             return
         # Kept, so on_close (and the server's shutdown) can cancel it, which
         # kills the load generator.

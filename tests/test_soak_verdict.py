@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from bench.lib.soak.census import Known, ProcSample, measure, role_of, unknown
 from bench.lib.soak.faults import mixed_pools, process_pools
-from bench.lib.soak.ledger import Effect, Record, Window, classify, tally
+from bench.lib.soak.ledger import RACE_BUSY, RACE_ERROR, Effect, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
 from bench.lib.soak.report import trend_samples
 from bench.lib.soak.run import rehearsal_order
@@ -31,6 +32,7 @@ from bench.lib.soak.verdict import (
     unexpected_check,
 )
 from bench.soak import default_warmup
+from handlers.race import BUSY
 from tests.procs import wait_for
 
 MB = 2**20
@@ -84,6 +86,29 @@ def test_a_small_but_certain_rise_under_the_limit_passes() -> None:
     check = trend_check("server[0]", BASE, trend(times, values))
     assert check.ok and check.numbers["status"] == "flat"
     assert 0 < check.numbers["low_pct_per_hour"] < 1.0
+
+
+def test_a_step_that_has_stopped_is_not_a_climb() -> None:
+    # An hour's Dask worker: flat, one step of 2 MB (+1.2 %) a quarter into the last half, flat after it.
+    times = [i * 10.0 for i in range(180)]
+    rng = random.Random(3)
+    values = [BASE + (2 * MB if t >= 1200 else 0) + rng.uniform(-0.1, 0.1) * MB for t in times]
+    last = [i for i, t in enumerate(times) if t >= 900]
+    found = trend(times[last[0] :], values[last[0] :])
+    assert trend_check("w", BASE, found).numbers["status"] == "rising"  # the step alone reads as a slope
+    quarter = [i for i, t in enumerate(times) if t >= 1350]
+    check = trend_check("w", BASE, found, trend(times[quarter[0] :], values[quarter[0] :]))
+    assert check.ok and check.numbers["status"] == "stepped"
+    assert "not a climb" in check.detail
+
+
+def test_a_climb_still_rising_in_its_last_quarter_fails() -> None:
+    times, values = _series(3.0, 0.5)
+    half = [t for t in times if t >= 900]
+    quarter = [t for t in times if t >= 1350]
+    check = trend_check("w", BASE, trend(half, values[-len(half) :]), trend(quarter, values[-len(quarter) :]))
+    assert not check.ok and check.numbers["status"] == "rising"
+    assert check.numbers["last_quarter_pct_per_hour"][1] > 0
 
 
 def test_too_few_samples_make_no_trend() -> None:
@@ -170,6 +195,24 @@ def test_a_fault_explains_what_it_was_designed_to_cause_in_its_window_only() -> 
     counted = tally(records)
     assert counted["sent"] == counted["answered"] + counted["counted_errors"] + counted["unaccounted"]
     assert (counted["answered"], counted["counted_errors"], counted["unaccounted"]) == (6, 2, 1)
+
+
+def test_a_race_refused_as_busy_is_expected_only_in_the_window_of_the_fault_that_abandoned_one() -> None:
+    disconnect = Window(0, 95.0, 105.0, (Effect(None, race_refusal=RACE_BUSY),))
+
+    def race(seq: int, message: str, at: float = 100.0) -> Record:
+        note = json.dumps({"event": "error", "message": message})
+        return Record(seq, "race", "/race", "blocking", at, at + 0.03, None, RACE_ERROR, None, note)
+
+    records = [
+        race(0, BUSY),  # sent as the fault's race was hung up on: the lab was still stopping it
+        race(1, BUSY, at=150.0),  # busy with no race abandoned: unexpected
+        race(2, "the load generator exited with status 1 before the race ended"),  # another error: unexpected
+        _record(3, None, "reset"),  # the fault cuts nothing: unaccounted
+    ]
+    classify(records, [disconnect])
+    assert [r.outcome for r in records] == ["expected", "unexpected", "unexpected", "unaccounted"]
+    assert records[0].because == 0
 
 
 def test_light_params_are_a_share_of_the_defaults_within_their_limits() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from bench.lib.soak.census import lab_tree
-from bench.lib.soak.ledger import Effect, Window
+from bench.lib.soak.ledger import RACE_BUSY, Effect, Window
 from bench.lib.soak.link import Link
 from bench.lib.soak.mix import light
 from bench.lib.soak.traffic import Traffic
@@ -255,6 +255,10 @@ async def disconnect(scene: Scene, fault: Fault) -> None:
     sends.append(scene.link.send("fault", "/ping", fault=fault.number, half=True))
     raced = scene.traffic.race_every > 0 and bool(modes)
     if raced:
+        # The soak sends its races one at a time, so its next one leaves as this one is hung up on; the lab
+        # stops the abandoned one only once its loop reads the close (after a blocking run, say), and refuses
+        # a race that comes before: busy, as designed (one race per server process).
+        fault.effects = (Effect(None, race_refusal=RACE_BUSY),)
         first = next(e for e in scene.mix_doc["entries"] if e.mode == modes[0])
         sends.append(scene.traffic.race(first, fault=fault.number, hang_up_after=1.0))
     await asyncio.gather(*sends)

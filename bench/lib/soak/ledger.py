@@ -6,7 +6,8 @@ designed to cause, its `Effect`s, from when it starts until the lab has
 recovered from it):
 
     ok           answered with a status below 400 (a race: its `done` event)
-    expected     an error status a fault was designed to cause, in its window (the burst's 503s, the 504)
+    expected     an error status a fault was designed to cause, in its window (the burst's 503s, the 504), or
+                 a race refused as busy while the disconnect fault's abandoned race was still being stopped
     unexpected   any other error status, or a race that ended with an `error` event
     aborted      the soak hung up on purpose (the disconnect fault): a counted error
     cut          no answer, in the window of a fault that cuts connections (a killed server process)
@@ -19,6 +20,7 @@ so that sent = answered (ok + expected + unexpected) + counted errors
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,10 @@ ANSWERED = ("ok", "expected", "unexpected")
 COUNTED_ERRORS = ("aborted", "cut")
 # How long after a fault has ended its effects may still arrive (an answer already on its way).
 GRACE_S = 2.0
+# What a race that ended with the lab's `error` event gets (bench/lib/soak/client.py): an answer, not a silence.
+RACE_ERROR = "race error"
+# The start of the lab's refusal of a race while another runs on the same server process (handlers/race.py).
+RACE_BUSY = "busy:"
 
 
 @dataclass
@@ -55,15 +61,19 @@ class Record:
 @dataclass(frozen=True)
 class Effect:
     """A result a fault is designed to cause: a status (None: no answer at all), on one mode's routes or any,
-    to any request in its window or only to its own."""
+    to any request in its window or only to its own; or, with `race_refusal`, a race the lab refused with an
+    `error` event whose message starts with that."""
 
     status: int | None
     mode: str | None = None
     own_only: bool = False
+    race_refusal: str | None = None
 
     def explains(self, record: Record, fault: int) -> bool:
         if (self.own_only and record.fault != fault) or (self.mode is not None and record.mode != self.mode):
             return False
+        if self.race_refusal is not None:
+            return record.error == RACE_ERROR and race_message(record.note).startswith(self.race_refusal)
         return record.status == self.status
 
 
@@ -82,6 +92,16 @@ class Window:
 
 def route_of(target: str) -> str:
     return target.split("?", 1)[0]
+
+
+def race_message(note: str) -> str:
+    """The message of the race event a record's note holds ("" if it holds none whole)."""
+    try:
+        event = json.loads(note)
+    except ValueError:
+        return ""
+    message = event.get("message") if isinstance(event, dict) else None
+    return message if isinstance(message, str) else ""
 
 
 @dataclass
@@ -123,7 +143,8 @@ def _outcome(record: Record, windows: Sequence[Window]) -> tuple[str, int | None
         return "aborted", record.fault
     for window in windows:
         if window.overlaps(record) and any(effect.explains(record, window.fault) for effect in window.effects):
-            return ("expected" if record.status is not None else "cut"), window.fault
+            answered = record.status is not None or record.error == RACE_ERROR
+            return ("expected" if answered else "cut"), window.fault
     if record.status is not None or (record.error or "").startswith("race"):
         return "unexpected", None
     return "unaccounted", None

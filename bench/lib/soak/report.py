@@ -21,7 +21,6 @@ from bench.lib.soak.run import Run
 from bench.lib.soak.settle import Settled
 from bench.lib.soak.verdict import (
     Check,
-    Trend,
     accounting_check,
     growth_check,
     orphan_check,
@@ -65,20 +64,14 @@ def _fault_check(fault: Any) -> Check:
 
 def rss_checks(run: Run, baseline: Settled) -> list[Check]:
     """Per process key: RSS at every later quiet check within the limit of its baseline, and no upward trend over
-    the last half (samples of the process that holds the key at the end, once it is as old as the warm-up), the
-    last quarter's slope telling a step that has stopped from a climb."""
+    the last half (samples of the process that holds the key at the end, once it is as old as the warm-up)."""
     found = []
     middle = (baseline.at + run.ended) / 2
-    quarter = (middle + run.ended) / 2
-
-    def fitted(samples: Sequence[Mapping[str, Any]]) -> Trend | None:
-        return trend([s["t"] for s in samples], [s["rss_bytes"] for s in samples])
-
     for key, base in sorted(baseline.rss.items()):
         readings = [(settled.label, settled.rss[key]) for settled in run.checks if key in settled.rss]
         found.append(growth_check(key, base, readings))
         late = trend_samples(run.watch.series.get(key, []), middle, run.plan.warmup_s)
-        found.append(trend_check(key, base, fitted(late), fitted([s for s in late if s["t"] >= quarter])))
+        found.append(trend_check(key, base, trend([s["t"] for s in late], [s["rss_bytes"] for s in late])))
     return found
 
 

@@ -108,36 +108,25 @@ def growth_check(subject: str, baseline: float, readings: Sequence[tuple[str, fl
     return Check("rss growth", subject, ok, words, numbers)
 
 
-def trend_check(subject: str, base: float, found: Trend | None, latest: Trend | None = None,
+def trend_check(subject: str, base: float, found: Trend | None,
                 limit_pct_per_hour: float = TREND_LIMIT_PCT_PER_HOUR) -> Check:  # fmt: skip
     """No upward trend: fails when the slope's whole 95 % interval is above zero and the slope itself is over
-    the limit; "unclear" (not a failure) when the interval holds zero but reaches past the limit.
-
-    `latest`, the slope over the last quarter, tells a climb from a step: a rise over the last half whose last
-    quarter is shown flat (its whole interval under the limit) has stopped, "stepped" (not a failure; the
-    growth check still bounds the step). A climb goes on rising in its last quarter, or is too noisy there to
-    be shown flat, and stays "rising"."""
+    the limit; "unclear" (not a failure) when the interval holds zero but reaches past the limit."""
     if found is None:
         return Check("rss trend", subject, True, f"too few samples for a trend (fewer than {MIN_TREND_SAMPLES})",
                      {"status": "too few samples"})  # fmt: skip
     slope, low, high = found.per_hour_pct(base)
-    late = latest.per_hour_pct(base) if latest is not None else None
     if low > 0 and slope > limit_pct_per_hour:
-        status = "stepped" if late is not None and late[2] <= limit_pct_per_hour else "rising"
+        status = "rising"
     elif high > limit_pct_per_hour and low <= 0:
         status = "unclear"
     else:
         status = "flat"
     numbers = {"status": status, "slope_pct_per_hour": round(slope, 3), "low_pct_per_hour": round(low, 3),
                "high_pct_per_hour": round(high, 3), "samples": found.samples}  # fmt: skip
-    if late is not None:
-        numbers |= {"last_quarter_pct_per_hour": [round(value, 3) for value in late]}
     words = f"{slope:+.2f} %/h (95 % interval {low:+.2f} to {high:+.2f}) over {found.samples} samples: {status}"
     if status == "unclear":
         words += f"; a rise past {limit_pct_per_hour:g} %/h cannot be ruled out: soak longer"
-    if status == "stepped" and late is not None:
-        words += (f"; the last quarter {late[0]:+.2f} %/h ({late[1]:+.2f} to {late[2]:+.2f}), under "
-                  f"{limit_pct_per_hour:g} %/h: a step that has stopped, not a climb")  # fmt: skip
     return Check("rss trend", subject, status != "rising", words, numbers)
 
 

@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from bench.lib.soak.census import Known, ProcSample, measure, role_of, unknown
+from bench.lib.soak.client import RACE_ERROR, Answer
 from bench.lib.soak.faults import mixed_pools, process_pools
-from bench.lib.soak.ledger import RACE_BUSY, RACE_ERROR, Effect, Record, Window, classify, tally
+from bench.lib.soak.ledger import RACE_BUSY, Effect, Ledger, Record, Window, classify, tally
 from bench.lib.soak.mix import Entry, light, predict
 from bench.lib.soak.report import trend_samples
 from bench.lib.soak.run import rehearsal_order
@@ -174,22 +175,26 @@ def test_a_fault_explains_what_it_was_designed_to_cause_in_its_window_only() -> 
     assert (counted["answered"], counted["counted_errors"], counted["unaccounted"]) == (6, 2, 1)
 
 
-def test_a_race_refused_as_busy_is_expected_only_in_the_window_of_the_fault_that_abandoned_one() -> None:
-    disconnect = Window(0, 95.0, 105.0, (Effect(None, race_refusal=RACE_BUSY),))
+def test_a_race_refused_busy_is_expected_only_just_after_the_fault_that_abandoned_one() -> None:
+    disconnect = Window(0, 95.0, 160.0, (Effect(None, race_refusal=RACE_BUSY, sent_by=106.0),))
+    kill = Window(1, 300.0, 310.0, (Effect(None),))
+    ledger = Ledger()
 
-    def race(seq: int, message: str, at: float = 100.0) -> Record:
-        note = json.dumps({"event": "error", "message": message})
-        return Record(seq, "race", "/race", "blocking", at, at + 0.03, None, RACE_ERROR, None, note)
+    def race(message: str | None, at: float, error: str = RACE_ERROR) -> Record:
+        body = json.dumps({"event": "error", "message": message}).encode() if message else b""
+        return ledger.add("race", "/race", "blocking", Answer(at, at + 0.03, None, body, error))
 
-    records = [
-        race(0, BUSY),  # sent as the fault's race was hung up on: the lab was still stopping it
-        race(1, BUSY, at=150.0),  # busy with no race abandoned: unexpected
-        race(2, "the load generator exited with status 1 before the race ended"),  # another error: unexpected
-        _record(3, None, "reset"),  # the fault cuts nothing: unaccounted
-    ]
-    classify(records, [disconnect])
-    assert [r.outcome for r in records] == ["expected", "unexpected", "unexpected", "unaccounted"]
-    assert records[0].because == 0
+    race(BUSY, 101.0)  # sent as the fault's race was hung up on: the lab was still stopping it
+    race(BUSY, 150.0)  # in the window, long after the hang-up: unexpected
+    race(BUSY, 200.0)  # busy with no race abandoned: unexpected
+    race("the load generator exited with status 1 before the race ended", 101.0)  # another error: unexpected
+    race("the load generator exited with status 1 before the race ended", 305.0)  # answered, not cut: unexpected
+    race(None, 305.0, "race closed")  # closed with its killed server process, no event: cut
+    ledger.add("mix", "/blocking/sleep", "blocking", Answer(101.0, 102.0, None, b"", "reset"))  # nothing cut here
+    classify(ledger.records, [disconnect, kill])
+    assert [r.outcome for r in ledger.records] == ["expected", "unexpected", "unexpected", "unexpected",
+                                                   "unexpected", "cut", "unaccounted"]  # fmt: skip
+    assert (ledger.records[0].because, ledger.records[5].because) == (0, 1)
 
 
 def test_light_params_are_a_share_of_the_defaults_within_their_limits() -> None:

@@ -22,6 +22,8 @@ from tornado.websocket import WebSocketClosedError, websocket_connect
 
 MAX_ANSWER_BYTES = 8 << 20  # /stats of a large forked server is tens of kB; nothing the lab sends nears this
 ABORTED = "aborted"  # the soak hung up on purpose
+# A race that ended with the lab's `error` event: an answer (its message in the body), not a silence.
+RACE_ERROR = "race error"
 
 
 @dataclass
@@ -122,6 +124,6 @@ async def race(host: str, port: int, message: dict[str, Any], allowed: float, *,
     if answer.error is None and answer.status is None:
         event = last.get("event") if isinstance(last, dict) else None
         answer.status = 200 if event == "done" else None
-        answer.error = None if event == "done" else f"race {event or 'closed'}"
+        answer.error = None if event == "done" else RACE_ERROR if event == "error" else f"race {event or 'closed'}"
         answer.body = json.dumps(last).encode()[:2000]
     return answer

@@ -33,6 +33,9 @@ from bench.lib.soak.traffic import Traffic
 from bench.lib.soak.watch import LabWatch
 
 HANG_UP_AFTER_S = 0.3
+# How soon after the disconnect fault hangs up on its race a race of the traffic may still find it running:
+# the lab notices the close once its loop is free (the fault's own blocking request holds it 2 s).
+RACE_RELEASE_S = 5.0
 HANG_UP_SCALE = 2.0  # a hung-up request waits twice its default (sleep 2 s): still running when we hang up
 BURST_SCALE = 0.5
 POLL_S = 0.25
@@ -248,20 +251,22 @@ async def disconnect(scene: Scene, fault: Fault) -> None:
     # count (a server process restarting, say). What must hold either way is that nothing of it stays behind:
     # the quiet check after this fault counts that.
     fault.designed = ("the lab counts the hang-ups it had in hand as 499 (client gone); the hung-up requests, the "
-                      "half-sent one and the abandoned race leave nothing running or held")  # fmt: skip
+                      "half-sent one and the abandoned race leave nothing running or held; a race sent within "
+                      f"{RACE_RELEASE_S:g} s of the hang-up may be refused busy")  # fmt: skip
     fault.target = ", ".join(targets.values())
     sends: list[Awaitable[Any]] = [scene.link.send("fault", t, fault=fault.number, hang_up_after=HANG_UP_AFTER_S)
                                    for t in targets.values()]  # fmt: skip
     sends.append(scene.link.send("fault", "/ping", fault=fault.number, half=True))
     raced = scene.traffic.race_every > 0 and bool(modes)
     if raced:
-        # The soak sends its races one at a time, so its next one leaves as this one is hung up on; the lab
-        # stops the abandoned one only once its loop reads the close (after a blocking run, say), and refuses
-        # a race that comes before: busy, as designed (one race per server process).
-        fault.effects = (Effect(None, race_refusal=RACE_BUSY),)
         first = next(e for e in scene.mix_doc["entries"] if e.mode == modes[0])
         sends.append(scene.traffic.race(first, fault=fault.number, hang_up_after=1.0))
     await asyncio.gather(*sends)
+    if raced:
+        # The soak sends its races one at a time: one that fell due meanwhile leaves as this one is hung up on.
+        # The lab frees its one race a process only once its loop has read the close and reaped the load
+        # generator (behind a blocking run, say), and refuses a race before that: busy, as designed.
+        fault.effects = (Effect(None, race_refusal=RACE_BUSY, sent_by=time.time() + RACE_RELEASE_S),)
     counted: dict[str, int] = {}
 
     async def seen() -> bool:

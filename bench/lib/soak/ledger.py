@@ -21,21 +21,20 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.lib.soak.client import ABORTED, Answer
+from bench.lib.soak.client import ABORTED, RACE_ERROR, Answer
 
 OUTCOMES = ("ok", "expected", "unexpected", "aborted", "cut", "unaccounted")
 ANSWERED = ("ok", "expected", "unexpected")
 COUNTED_ERRORS = ("aborted", "cut")
 # How long after a fault has ended its effects may still arrive (an answer already on its way).
 GRACE_S = 2.0
-# What a race that ended with the lab's `error` event gets (bench/lib/soak/client.py): an answer, not a silence.
-RACE_ERROR = "race error"
 # The start of the lab's refusal of a race while another runs on the same server process (handlers/race.py).
 RACE_BUSY = "busy:"
 
@@ -61,20 +60,25 @@ class Record:
 @dataclass(frozen=True)
 class Effect:
     """A result a fault is designed to cause: a status (None: no answer at all), on one mode's routes or any,
-    to any request in its window or only to its own; or, with `race_refusal`, a race the lab refused with an
-    `error` event whose message starts with that."""
+    to any request in its window or only to its own.
+
+    With `race_refusal` the status is not looked at: the effect is a race the lab answered with an `error`
+    event whose message starts with that, sent no later than `sent_by` (a time.time())."""
 
     status: int | None
     mode: str | None = None
     own_only: bool = False
     race_refusal: str | None = None
+    sent_by: float = math.inf
 
     def explains(self, record: Record, fault: int) -> bool:
         if (self.own_only and record.fault != fault) or (self.mode is not None and record.mode != self.mode):
             return False
         if self.race_refusal is not None:
-            return record.error == RACE_ERROR and race_message(record.note).startswith(self.race_refusal)
-        return record.status == self.status
+            return (record.error == RACE_ERROR and record.sent <= self.sent_by
+                    and event_message(record.note).startswith(self.race_refusal))  # fmt: skip
+        # (A race that ended with an error event was answered: it is no silence of the kind None stands for.)
+        return record.status == self.status and not (self.status is None and record.error == RACE_ERROR)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ def route_of(target: str) -> str:
     return target.split("?", 1)[0]
 
 
-def race_message(note: str) -> str:
+def event_message(note: str) -> str:
     """The message of the race event a record's note holds ("" if it holds none whole)."""
     try:
         event = json.loads(note)
@@ -142,9 +146,12 @@ def _outcome(record: Record, windows: Sequence[Window]) -> tuple[str, int | None
     if record.error == ABORTED:
         return "aborted", record.fault
     for window in windows:
-        if window.overlaps(record) and any(effect.explains(record, window.fault) for effect in window.effects):
-            answered = record.status is not None or record.error == RACE_ERROR
-            return ("expected" if answered else "cut"), window.fault
+        if not window.overlaps(record):
+            continue
+        for effect in window.effects:
+            if effect.explains(record, window.fault):
+                answered = record.status is not None or effect.race_refusal is not None
+                return ("expected" if answered else "cut"), window.fault
     if record.status is not None or (record.error or "").startswith("race"):
         return "unexpected", None
     return "unaccounted", None

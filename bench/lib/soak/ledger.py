@@ -146,12 +146,10 @@ def _outcome(record: Record, windows: Sequence[Window]) -> tuple[str, int | None
     if record.error == ABORTED:
         return "aborted", record.fault
     for window in windows:
-        if not window.overlaps(record):
-            continue
-        for effect in window.effects:
-            if effect.explains(record, window.fault):
-                answered = record.status is not None or effect.race_refusal is not None
-                return ("expected" if answered else "cut"), window.fault
+        if window.overlaps(record) and any(effect.explains(record, window.fault) for effect in window.effects):
+            # (A race's error event is explained only as a refusal: Effect(None) stands for no answer at all.)
+            answered = record.status is not None or record.error == RACE_ERROR
+            return ("expected" if answered else "cut"), window.fault
     if record.status is not None or (record.error or "").startswith("race"):
         return "unexpected", None
     return "unaccounted", None

@@ -41,7 +41,7 @@ from workloads import clocks
 from workloads.clocks import thread_core_wait
 from workloads.registry import WORKLOADS
 
-# Sized to run ~0.1-0.3 s each (mix 0.6 s, below): long enough for the GIL to show, short for CI.
+# Sized to run ~0.1-0.3 s each (mix 1.5 s, below): long enough for the GIL to show, short for CI.
 SIZES: dict[str, dict[str, Any]] = {
     "count": {"n": 4_000_000},
     "fib": {"n": 28},
@@ -53,9 +53,12 @@ SIZES: dict[str, dict[str, Any]] = {
     # Runs longer than two switch intervals. Each run ends in time.sleep(0), which lets go of the GIL and
     # takes it back, and a waiter's 250 ms clock starts over whenever another thread takes the GIL: with
     # 150 ms runs the probe was never let in by force, only when it won the race at a run's end, and read
-    # 580-740 ms on a quiet machine and once 46 ms on a loaded one. 600 ms runs are forced out at 250 ms:
-    # read 250.4 ms (twice) and 314.5 ms on a quiet machine, as `count` reads.
-    "mix": {"compute_ms": 600.0, "wait_ms": 0.0},
+    # 580-740 ms on a quiet machine and once 46 ms on a loaded one. Longer runs are forced out at 250 ms:
+    # 600 ms ones read 250.4 ms (twice) and 314.5 ms on a quiet machine, as `count` reads. But a sample that
+    # asks within 250 ms of a run's end gets in at that end, sooner: one in 6 below 100 ms for 600 ms runs,
+    # and a suite run read a median of 82 ms (4 of 7 below). With 1,500 ms runs one in 15 is (the median of 7
+    # below 100 ms: about 1 in 1,400 runs, were the samples' phases independent).
+    "mix": {"compute_ms": 1500.0, "wait_ms": 0.0},
     # Its query lets go of the GIL (SQLite's count, and each row fetched); the render between holds it for
     # 200 rows' worth, a few ms: far below what a holder keeps it (tests/test_page_workload.py probes the query).
     "page": {"rows": 200, "db_ms": 100.0},

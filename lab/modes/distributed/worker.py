@@ -107,9 +107,9 @@ class WarmUp(distributed.WorkerPlugin):
 # that msgpack unpacks (it interns them), so the key of every task the worker is sent. That dict does not reuse
 # the slot a deleted key leaves: every new key takes a free slot, and when none is left it rebuilds its table
 # for three times the keys then alive. A worker starts with about 64,000 names alive (numpy, scipy, sklearn,
-# Dask) in a table of 2**17 slots, 1.8 MiB. Its first rebuild, some 10,000 tasks in, made it 2**18 slots:
-# +1.8 MiB of RSS, kept, one step in the soak's worker memory at minute 38 or 46 (docs/results.md#soak); the
-# rebuilds after it keep that size, as the names alive stay as many. This many throwaway strings, interned and
+# Dask) in a table of 2**17 slots, 1.8 MiB. Its first rebuild, some 10,000 tasks in, makes it 2**18 slots:
+# +1.8 MiB of RSS, kept, which a soak reads as a rising trend (docs/results.md#soak); the rebuilds after it
+# keep that size, as the names alive stay as many. This many throwaway strings, interned and
 # let go at start-up, use up the free slots of either size, so that rebuild happens during the warm-up.
 SETTLE_INTERNED = 1 << 17
 

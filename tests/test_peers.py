@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from bench.compare import ROW_KEYS
 from bench.lib.peers import Running, uwsgi, uwsgi_stats
+from bench.lib.servers import gone, group_members, stop_group
 from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
 
@@ -80,3 +82,23 @@ def test_a_configuration_s_process_and_thread_counts_override_its_file(tmp_path:
     finally:
         assert server.stop() == []
     assert not server.stats_socket.parent.exists()  # its private folder goes with it
+
+
+def test_a_stopped_group_is_gone_when_stop_group_returns_even_one_that_ignores_sigterm() -> None:
+    # A leader and a child that both ignore SIGTERM: the SIGKILL path, whose processes take a moment to end.
+    script = "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.fork()\ntime.sleep(60)\n"
+    leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        assert gone(lambda: [] if len(group_members(leader.pid)) == 2 else [0], 30)  # both started
+        stop_group(leader.pid, grace=0.5, reap=leader.poll)
+        assert group_members(leader.pid) == []
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_a_group_is_gone_only_after_two_empty_scans_in_a_row() -> None:
+    scans = iter([[1], [], [1], [], []])  # one empty scan, then a process again (a respawn the scan missed)
+    assert gone(lambda: next(scans), 10)
+    assert next(scans, "spent") == "spent"  # it needed all five
+    assert not gone(lambda: [1], 0.3)

@@ -137,6 +137,10 @@ def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -
         assert schedstat_files_open(tid) == 1
     stop.set()
     thread.join()
+    # join() returns when Python is done with the thread; the kernel may list it for a moment after that.
+    deadline = time.monotonic() + 30
+    while str(tid) in os.listdir("/proc/self/task") and time.monotonic() < deadline:
+        time.sleep(0.01)
     stats = own.read()
     assert stats is not None and str(tid) not in stats
     assert schedstat_files_open(tid) == 0  # closed with its thread

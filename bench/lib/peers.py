@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from bench.lib.servers import SERVING, TreeWatcher, all_serving, stop_server, tree, wait_ready
+from bench.lib.servers import SERVING, TreeWatcher, all_serving, gone, stop_server, tree, wait_ready
 from lab import ROOT, loopback
 from lab.machine import cpu_count
 from lab.modes.contract import make_facts
@@ -162,6 +162,9 @@ class Running:
         stop_server(self.process, 15.0)
         if self.stats_socket is not None:
             shutil.rmtree(self.stats_socket.parent, ignore_errors=True)
+        # The group was killed by process group; its session is what must be gone, and a process that has been
+        # killed takes a moment to end.
+        gone(self.group, 5.0)
         return [p.pid for p in self.group()]
 
 

@@ -160,22 +160,38 @@ def wait_ready(log_path: Path, pid: int, timeout: float = 120.0, *, address: re.
 
 
 def stop_group(pgid: int, grace: float = 15.0, reap: Callable[[], object] | None = None) -> None:
-    """SIGTERM a process group, then SIGKILL whatever is left after `grace` seconds.
+    """SIGTERM a process group, then SIGKILL whatever is left after `grace` seconds, and wait (a few seconds at
+    most) until the kernel has torn it down.
 
     `reap` is called while waiting so that a leader which is our own child
     does not linger as a zombie (a zombie still counts as a group member for kill()).
     """
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if reap is not None:
-            reap()
-        if not group_members(pgid):
-            return
-        time.sleep(0.1)
+    if gone(lambda: group_members(pgid), grace, reap):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+    gone(lambda: group_members(pgid), 5.0, reap)  # SIGKILL is not instant: a big process takes a while to end
+
+
+def gone(members: Callable[[], Sequence[object]], timeout: float, reap: Callable[[], object] | None = None) -> bool:
+    """Whether `members()` came back empty twice in a row, 0.1 s apart, within `timeout` seconds.
+
+    Once is not enough: a scan lists the pids first, so a child forked during
+    it (a master respawning a worker as it dies) can be missed by one scan.
+    """
+    deadline = time.monotonic() + timeout
+    empty = 0
+    while True:
+        if reap is not None:
+            reap()
+        empty = empty + 1 if not members() else 0
+        if empty == 2:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def stop_server(process: subprocess.Popen[bytes], grace: float) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import distributed
 
 from lab import ROOT
+from lab.modes.distributed import interned
 from workloads.timing import RunRecord
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def task() -> Callable[[int, str, str, dict[str, Any]], RunRecord]:
 class WarmUp(distributed.WorkerPlugin):
     """On every worker process, once: cap BLAS threads as the server does, pay the predict model's training,
     point `page` at the server's database (each worker opens its own connections, as many as it has threads),
-    and grow the table of interned strings to the size it keeps (`settle_interned`).
+    and grow the table of interned strings to the size it keeps (lab/modes/distributed/interned.py).
 
     It warms up in a thread of its own and its setup returns at once: a
     worker that joins runs its plugins' setups before its first heartbeat, and
@@ -93,7 +93,7 @@ class WarmUp(distributed.WorkerPlugin):
 
             database.use(self.database_url, self.threads)  # first: `page` before the model's seconds of training
             warm_up()
-            settle_interned()
+            interned.settle()
         finally:
             self.warm.set()
 
@@ -101,23 +101,6 @@ class WarmUp(distributed.WorkerPlugin):
         from workloads.page import database  # noqa: PLC0415
 
         database.close()
-
-
-# CPython keeps every interned string in one dict: the names of all the code it has imported, and each map key
-# that msgpack unpacks (it interns them), so the key of every task the worker is sent. That dict does not reuse
-# the slot a deleted key leaves: every new key takes a free slot, and when none is left it rebuilds its table
-# for three times the keys then alive. A worker starts with about 64,000 names alive (numpy, scipy, sklearn,
-# Dask) in a table of 2**17 slots, 1.8 MiB. Its first rebuild, some 10,000 tasks in, makes it 2**18 slots:
-# +1.8 MiB of RSS, kept, which a soak reads as a rising trend (docs/results.md#soak); the rebuilds after it
-# keep that size, as the names alive stay as many. This many throwaway strings, interned and
-# let go at start-up, use up the free slots of either size, so that rebuild happens during the warm-up.
-SETTLE_INTERNED = 1 << 17
-
-
-def settle_interned() -> None:
-    """Make the interned-string table rebuild now, at the size the worker's live names give it (about 50 ms)."""
-    for number in range(SETTLE_INTERNED):
-        sys.intern(f"lab-settle-{number}")  # alive only for this call: its slot is freed, not reused
 
 
 # How long a worker's warm-up waits for the `workloads` package to arrive (the upload runs beside it),

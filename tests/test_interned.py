@@ -15,8 +15,13 @@ MODULE = Path(interned.__file__)
 
 
 def test_it_interns_its_throwaway_strings_only_on_a_python_that_lets_them_go(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    monkeypatch.setattr(sys, "intern", lambda name: calls.append(name) or name)
+    calls: list[str] = []
+
+    def intern(name: str) -> str:
+        calls.append(name)
+        return name
+
+    monkeypatch.setattr(sys, "intern", intern)
     monkeypatch.setattr(interned, "immortal", lambda: True)
     interned.settle()
     assert calls == []

@@ -22,6 +22,7 @@ import pytest
 
 from lab import ROOT
 from lab.modes.distributed.cluster_process import MONITOR_HISTORY
+from lab.modes.distributed.embedded import ALLOCATOR_ENV
 from lab.modes.distributed.spans import forget_span_metrics, forgive_retired_spans, prune_spans
 from lab.modes.distributed.stalls import within_awake
 from tests.conftest import StartServer
@@ -166,6 +167,8 @@ def test_the_embedded_cluster_runs_the_burst_and_goes_with_the_server(start_serv
         assert set(client.run(_key_split_kept_after_trim).values()) == {0}
     for pid in [owner.pid, *pids]:
         assert _ignores_sigint(pid), pid
+        # glibc's allocator set as Dask's nannies set it for its workers: large blocks mapped, unmapped when freed.
+        assert psutil.Process(pid).environ().items() >= ALLOCATOR_ENV.items(), pid
     assert lab.terminate() == 0
     assert lab.survivors() == []
 

@@ -33,6 +33,14 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 15.0
 
+# glibc's allocator settings as Dask's nannies give them to its workers (`distributed.nanny.pre-spawn-environ`),
+# given to the cluster's process too. Setting MALLOC_TRIM_THRESHOLD_ fixes glibc's mmap threshold at 128 KiB,
+# which otherwise rises to the largest block freed: then large blocks (the 1.9 MiB table of interned strings
+# that each of its rebuilds replaces) come from the heap, and the one freed leaves a hole that RSS keeps: a
+# step of 1.5-1.8 MiB that a soak reads as a leak (docs/results.md#soak). With it they are mapped, and unmapped
+# when freed.
+ALLOCATOR_ENV = {"MALLOC_TRIM_THRESHOLD_": "65536"}
+
 
 class EmbeddedCluster:
     """The server's side of the cluster process: start it, learn its address, stop it (its scratch removed)."""
@@ -56,7 +64,8 @@ class EmbeddedCluster:
         its end. Its own session: a Ctrl-C at the terminal is the server's to
         handle, and the server stops it.
         """
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**ALLOCATOR_ENV, **os.environ, "PYTHONPATH": path}  # (a user's own MALLOC_ setting stands)
         reading, writing = os.pipe()
         command = ["-m", "lab.modes.distributed.cluster_process", "--workers", str(self.workers),
                    "--scratch", self.scratch, "--parent", str(os.getpid()), "--announce-fd", str(writing)]  # fmt: skip

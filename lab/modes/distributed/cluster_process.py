@@ -25,10 +25,10 @@ import dask.config
 import distributed
 
 from lab import logs
-from lab.modes.distributed import interned
 from lab.modes.distributed.cluster import configure
 from lab.modes.distributed.embedded import CLOSE_TIMEOUT_S
 from lab.modes.distributed.spans import keep_spans_bounded
+from lab.modes.distributed.worker import settle_interned
 from lab.procs import watch_parent
 
 # What the embedded cluster's workers run with (their nannies pass it to each
@@ -80,7 +80,7 @@ async def serve(workers: int, scratch: str, announce: int) -> None:
             scheduler = cluster.scheduler
             assert scheduler is not None  # (a started LocalCluster's, in this process)
             keep_spans_bounded(scheduler)
-            interned.settle()  # Dask's names are all alive now
+            settle_interned()  # Dask's names are all alive now
             waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(scheduler.finished())}
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for wait in pending:

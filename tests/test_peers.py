@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +93,14 @@ def test_a_stopped_group_is_gone_when_stop_group_returns_even_one_that_ignores_s
     script = "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.fork()\ntime.sleep(60)\n"
     leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
-        assert gone(lambda: [] if len(group_members(leader.pid)) == 2 else [0], 30)  # both started
+        deadline = time.monotonic() + 30
+        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:  # until both have started
+            time.sleep(0.05)
         stop_group(leader.pid, grace=0.5, reap=leader.poll)
         assert group_members(leader.pid) == []
     finally:
-        leader.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()
 
 

@@ -162,8 +162,8 @@ class Running:
         stop_server(self.process, 15.0)
         if self.stats_socket is not None:
             shutil.rmtree(self.stats_socket.parent, ignore_errors=True)
-        # The group was killed by process group; its session is what must be gone, and a process that has been
-        # killed takes a moment to end.
+        # stop_group waited for the process group; a member of the session in another group gets the same bounded
+        # wait before it is reported left behind.
         gone(self.group, 5.0)
         return [p.pid for p in self.group()]
 

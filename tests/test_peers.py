@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from bench.lib.peers import Running, uwsgi, uwsgi_stats
 from bench.lib.servers import gone, group_members, stop_group
 from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
+from tests.procs import wait_for
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -93,9 +93,7 @@ def test_a_stopped_group_is_gone_when_stop_group_returns_even_one_that_ignores_s
     script = "import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.fork()\ntime.sleep(60)\n"
     leader = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:  # until both have started
-            time.sleep(0.05)
+        assert wait_for(lambda: len(group_members(leader.pid)) == 2, 30)  # both have started
         stop_group(leader.pid, grace=0.5, reap=leader.poll)
         assert group_members(leader.pid) == []
     finally:

@@ -20,7 +20,7 @@ import pytest
 
 from lab.instruments.cores import CoreMeter
 from tests.lab_server import LabServer, copies, get_many
-from tests.procs import schedstat_files_open
+from tests.procs import schedstat_files_open, wait_for
 from workloads import clocks
 
 
@@ -138,9 +138,7 @@ def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -
     stop.set()
     thread.join()
     # join() returns when Python is done with the thread; the kernel may list it for a moment after that.
-    deadline = time.monotonic() + 30
-    while str(tid) in os.listdir("/proc/self/task") and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: str(tid) not in os.listdir("/proc/self/task"), 30)
     stats = own.read()
     assert stats is not None and str(tid) not in stats
     assert schedstat_files_open(tid) == 0  # closed with its thread

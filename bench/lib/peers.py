@@ -164,8 +164,7 @@ class Running:
             shutil.rmtree(self.stats_socket.parent, ignore_errors=True)
         # stop_group waited for the process group; a member of the session in another group gets the same bounded
         # wait before it is reported left behind.
-        gone(self.group, 5.0)
-        return [p.pid for p in self.group()]
+        return [] if gone(self.group, 5.0) else [p.pid for p in self.group()]
 
 
 def _answers(url: str) -> bool:

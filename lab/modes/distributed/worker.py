@@ -105,21 +105,17 @@ class WarmUp(distributed.WorkerPlugin):
 
 # Settle CPython's table of interned strings at start-up, in the Dask processes that msgpack feeds task keys.
 #
-# CPython keeps every interned string in one dict: the names of all the code
-# a process has imported, and each map key that msgpack unpacks (it interns
-# them), so the key of every task a Dask worker or scheduler is sent. That
-# dict does not reuse the slot a deleted key leaves: every new key takes a
-# free slot, and when none is left it rebuilds its table for three times the
-# keys then alive. A worker starts with about 64,000 names alive (numpy,
-# scipy, sklearn, Dask) in a table of 2**17 slots, 1.8 MiB; the cluster's
-# process (scheduler and nannies) with about 31,000 in 2**16 slots. Their
-# first rebuild, some thousands of tasks in, doubles the table (+1.8 MiB and
-# +0.9 MiB of RSS, kept), which a soak reads as a rising trend
-# (docs/results.md#soak); the rebuilds after it keep that size, as the names
-# alive stay as many. `settle_interned` interns and lets go enough throwaway
-# strings to use up the free slots of either size, so that first rebuild happens at
-# start-up (measured on CPython 3.11). (Here, in the module shipped by value, so that a worker without
-# this project runs it too; the cluster's process imports it.)
+# CPython keeps every interned string in one dict: the names of all the code a process has imported, and each
+# map key that msgpack unpacks (it interns them), so the key of every task a Dask worker or scheduler is sent.
+# That dict does not reuse the slot a deleted key leaves: every new key takes a free slot, and when none is
+# left it rebuilds its table for three times the keys then alive. A worker starts with about 64,000 names alive
+# (numpy, scipy, sklearn, Dask) in a table of 2**17 slots, 1.8 MiB; the cluster's process (scheduler and
+# nannies) with about 31,000 in 2**16 slots. Their first rebuild, some thousands of tasks in, doubles the table
+# (+1.8 MiB and +0.9 MiB of RSS, kept), which a soak reads as a rising trend (docs/results.md#soak); the
+# rebuilds after it keep that size, as the names alive stay as many. `settle_interned` interns and lets go
+# enough throwaway strings to use up the free slots of either size, so that the first rebuild happens at
+# start-up (measured on CPython 3.11). It lives here, in the module shipped by value, so that a worker without
+# this project runs it too; the cluster's process imports it.
 SETTLE_INTERNED = 1 << 17
 
 

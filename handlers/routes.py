@@ -9,8 +9,8 @@ from handlers import catalog, compare, metrics, page, ping, race, run, stats
 if TYPE_CHECKING:
     from lab.serve.services import Services
 
-# run's route takes any /{mode}[/{workload}], so it comes after every fixed route.
-MODULES = (page, ping, catalog, stats, metrics, compare, race, run)
+# Tornado tries the routes in this order, and most requests are /ping (a race's probes) or a run.
+MODULES = (ping, run, page, catalog, stats, metrics, compare, race)
 
 
 def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:

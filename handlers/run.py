@@ -3,10 +3,15 @@ workload (async) takes its params at /{mode}, and awaits the workloads written t
 
 from __future__ import annotations
 
+from typing import Any
+
+from tornado.httputil import HTTPServerRequest
+from tornado.routing import PathMatches
+
 from handlers.base import LabHandler, not_found
 from lab.errors import LabError
 from lab.modes.registry import MODES
-from lab.runs import Refused, check, envelope, own, resolve
+from lab.runs import Refused, envelope
 from workloads.page.errors import Unavailable
 
 # How long a client should wait before asking again for a page whose database is unavailable.
@@ -23,8 +28,7 @@ class RunHandler(LabHandler):
         mode = MODES[name]
         self.life.classify(mode.name)
         try:
-            run = resolve(mode.name, workload_name, self.query, runs=own(mode))
-            check(mode, run)
+            run = self.services.runs.get(mode, workload_name, self.request.query, self.query)
         except Refused as refused:
             raise LabError(refused.status, refused.message) from None
         self.life.claim(self.services.share(run.mode, run.workload))
@@ -47,7 +51,22 @@ class RunHandler(LabHandler):
         self.write(envelope(run, record, received=self.life.received, pid=services.pid, task_id=services.task_id))
 
 
-# Any first path segment: the modes are the server's runners, so the registry
-# decides what is served (an unknown one is the usual 404). Joined last in
-# handlers/routes.py, after every fixed route.
-routes = [(r"/([^/]+)(?:/([^/]+))?/?", RunHandler)]
+class ModePath(PathMatches):
+    """/{mode}[/{workload}] for a mode in the registry, read at each request (a mode added to it is served).
+
+    Only the modes, so that the route can come early (handlers/routes.py):
+    Tornado tries each route's pattern in turn, and every run would otherwise
+    pay for every fixed route's first. Any other path is the usual 404
+    (handlers/base.py's NotFoundHandler).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(r"/([^/]+)(?:/([^/]+))?/?")
+
+    def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
+        found = super().match(request)
+        mode = found["path_args"][0] if found is not None else None
+        return found if mode is not None and mode.decode("utf-8", "replace") in MODES else None
+
+
+routes = [(ModePath(), RunHandler)]

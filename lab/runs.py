@@ -92,6 +92,31 @@ def check(mode: Mode, run: Run) -> None:
         raise Refused(422, refusal)
 
 
+class KnownRuns:
+    """The runs a server has resolved and checked, by mode, workload and raw query string: a burst asks for the
+    same run again and again, and resolving it (parsing every param against its limits) is a good part of
+    the lab's own cost of a request (docs/results.md#overhead). Only runs that pass are kept, and a bounded
+    number of them: a crowd of different queries empties the store, it does not grow it. A kept run's params
+    are shared by the requests that asked for it, and read, never changed (the envelope, the runners).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._runs: dict[tuple[str, str | None, str], Run] = {}
+
+    def get(self, mode: Mode, name: str | None, raw_query: str, query: Query) -> Run:
+        """The run of /{mode}/{name}?{raw_query} (`query` is raw_query decoded), resolved and checked; or Refused."""
+        key = (mode.name, name, raw_query)
+        run = self._runs.get(key)
+        if run is None:
+            run = resolve(mode.name, name, query, runs=own(mode))
+            check(mode, run)
+            if len(self._runs) >= self.size:
+                self._runs.clear()
+            self._runs[key] = run
+        return run
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 

@@ -43,6 +43,14 @@ def test_the_handler_parts_the_lab_reaches_exist() -> None:
     check = inspect.signature(WebSocketHandler._check_cross_origin)
     assert list(check.parameters) == ["self", "check"]
     assert "self._reason" in inspect.getsource(RequestHandler.set_status)
+    assert "self._headers[name] = self._convert_header_value(value)" in inspect.getsource(RequestHandler.set_header)
+
+
+def test_headers_set_as_checked_are_what_set_header_would_set() -> None:
+    from lab.web.json_handler import DEFAULT_HEADERS
+
+    for value in DEFAULT_HEADERS.values():
+        assert RequestHandler._convert_header_value(None, value) == value  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from lab.config import Config, parse_args
-from lab.web.hosts import AllowedHosts, allowed_host_arg, host_name
+from lab.web.hosts import ANSWERS_KEPT, AllowedHosts, allowed_host_arg, host_name
 from tests.inproc import InProcessLab, serve_in_process
 from tests.rawhttp import get_raw
 
@@ -116,3 +116,13 @@ def test_allow_host_takes_names_and_repeats() -> None:
     for bad in ("http://lab.example", "lab.example:8000", "a b", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             allowed_host_arg(bad)
+
+
+def test_the_answers_kept_per_host_header_stay_right_and_bounded() -> None:
+    hosts = AllowedHosts(["lab.example"])
+    for _ in range(2):  # asked again: the kept answer is the same
+        assert [hosts.allows(h) for h in ("lab.example:8000", "evil.example", "127.0.0.1:1")] == [True, False, True]
+    for i in range(3 * ANSWERS_KEPT):  # a crowd of names: refused, and the store does not grow past its bound
+        assert not hosts.allows(f"n{i}.example")
+        assert len(hosts._answers) <= ANSWERS_KEPT
+    assert hosts.allows("lab.example:8000") and not hosts.allows("evil.example")

@@ -299,7 +299,7 @@ def test_no_file_name_prefix_stands_in_for_a_folder() -> None:
 
 def test_a_run_is_resolved_and_answered_in_one_place_for_the_lab_and_its_peers() -> None:
     definitions: dict[str, list[str]] = {"resolve": [], "envelope": []}
-    users: dict[str, set[str]] = {"resolve": set(), "envelope": set()}
+    users: dict[str, set[str]] = {"resolve": set(), "envelope": set(), "KnownRuns": set()}
     for package in PACKAGES:
         for path in _sources(package):
             tree = ast.parse(path.read_text())
@@ -311,7 +311,9 @@ def test_a_run_is_resolved_and_answered_in_one_place_for_the_lab_and_its_peers()
                         users.get(alias.name, set()).add(str(path.relative_to(ROOT)))
     assert definitions == {"resolve": ["lab/runs.py"], "envelope": ["lab/runs.py"]}
     # bench.size checks a route as the lab would before it starts a server for it.
-    assert users["resolve"] == {"handlers/run.py", "handlers/race.py", "peers/app.py", "bench/lib/sizing/targets.py"}
+    assert users["resolve"] == {"handlers/race.py", "peers/app.py", "bench/lib/sizing/targets.py"}
+    # The run route resolves through the server's KnownRuns, which keeps what resolve() gave.
+    assert users["KnownRuns"] == {"lab/serve/services.py"}
     assert users["envelope"] == {"handlers/run.py", "peers/app.py", "bench/lib/meters.py"}  # (meters: times it)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lab.modes.registry import MODES
+from lab.runs import KnownRuns, Refused
 from workloads.params import ChoiceParam, FloatParam, IntParam, ParamError, parse_params
 from workloads.registry import WORKLOADS
 
@@ -65,3 +67,22 @@ def test_every_registered_workload_parses_its_own_defaults() -> None:
     for workload in WORKLOADS.values():
         query = {p.name: [str(p.default)] for p in workload.params}
         assert workload.parse(query) == {p.name: p.default for p in workload.params}
+
+
+def test_a_server_keeps_the_runs_it_resolved_and_never_a_refused_one() -> None:
+    runs = KnownRuns(size=4)
+    blocking = MODES["blocking"]
+    first = runs.get(blocking, "count", "n=5", {"n": ["5"]})
+    assert (first.mode, first.workload, first.params) == ("blocking", "count", {"n": 5})
+    assert runs.get(blocking, "count", "n=5", {"n": ["5"]}) is first  # kept: resolved once
+    for bad in ("n=-1", "n=abc"):
+        with pytest.raises(Refused) as refused:
+            runs.get(blocking, "count", bad, {"n": [bad[2:]]})
+        assert refused.value.status == 400
+    with pytest.raises(Refused) as refused:
+        runs.get(blocking, "nope", "", {})
+    assert refused.value.status == 404
+    assert len(runs._runs) == 1  # the refusals were not kept
+    for n in range(1, 11):  # more runs than it keeps: it starts again, it does not grow
+        assert runs.get(blocking, "count", f"n={n}", {"n": [str(n)]}).params == {"n": n}
+        assert len(runs._runs) <= 4

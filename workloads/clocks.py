@@ -57,26 +57,69 @@ def _schedstat(path: str) -> tuple[float, float] | None:
         os.close(fd)
 
 
+def _gil_holding_reader() -> Callable[[int], Callable[[], bytes | None]] | None:
+    """Readers of a file's first SCHEDSTAT_BYTES that keep the GIL; None where ctypes cannot give them.
+
+    A schedstat file is the kernel's counters, formatted: a read of it never
+    waits. Python's own os.pread lets go of the GIL around the call all the
+    same, and a thread that lets it go must take it back: under GIL load,
+    behind the thread that holds it, a context switch each way. A pool thread
+    timing its job read its file twice a job and so made twice as many
+    switches as the job itself (bench.overhead, docs/results.md#overhead).
+    libc's pread called through ctypes.PyDLL keeps the GIL. (A sub-interpreter
+    of Python 3.12 cannot import ctypes: its readers use os.pread.)
+    """
+    try:
+        import ctypes  # noqa: PLC0415 (here: a sub-interpreter of 3.12 cannot import it)
+
+        pread = ctypes.PyDLL(None).pread
+    except (ImportError, OSError, AttributeError):
+        return None
+    # The arguments as C values made once (declared argtypes would convert each on every call, nearly doubling
+    # its cost); the descriptor goes as the C int it is, and the result (at most SCHEDSTAT_BYTES) fits one.
+    size, offset = ctypes.c_size_t(SCHEDSTAT_BYTES), ctypes.c_long(0)
+
+    def reader(fd: int) -> Callable[[], bytes | None]:
+        # Each file its own buffer: between the read and the copy out of it another thread may run.
+        buffer = ctypes.create_string_buffer(SCHEDSTAT_BYTES)
+
+        def read() -> bytes | None:
+            got: int = pread(fd, buffer, size, offset)
+            return None if got < 0 else buffer.raw[:got]
+
+        return read
+
+    return reader
+
+
+SCHEDSTAT_BYTES = 128  # "<ns on a CPU> <ns in the run queue> <timeslices>\n": at most 62
+_READER = _gil_holding_reader()
+
+
 class _KeptSchedstat:
     """A thread's schedstat file, kept open and read again from offset 0.
 
     One system call a reading (a pread) instead of the six or seven of
-    opening, checking, reading and closing a file: each lets go of the GIL,
-    and under GIL load each costs a switch interval or more to take it back.
-    Closed when it is dropped (for the calling thread's own: when the
-    thread's local storage goes with it).
+    opening, checking, reading and closing a file, and one that keeps the GIL
+    (_gil_holding_reader). Closed when it is dropped (for the calling thread's
+    own: when the thread's local storage goes with it).
     """
 
     fd = -1  # (until open: an object whose open failed is dropped too)
 
     def __init__(self, path: str = THREAD_SCHEDSTAT) -> None:
         self.fd = os.open(path, os.O_RDONLY)
+        self._read = self._os_read if _READER is None else _READER(self.fd)
 
-    def read(self) -> tuple[float, float] | None:
+    def _os_read(self) -> bytes | None:
         try:
-            return _parse(os.pread(self.fd, 128, 0))
+            return os.pread(self.fd, SCHEDSTAT_BYTES, 0)
         except OSError:
             return None
+
+    def read(self) -> tuple[float, float] | None:
+        raw = self._read()
+        return None if raw is None else _parse(raw)
 
     def __del__(self) -> None:
         if self.fd >= 0:

@@ -111,7 +111,9 @@ class RequestStats:
 
     def record(self, mode: str, status: int, seconds: float, cpu: float | None = None) -> None:
         """A request of `mode` ended with `status` after `seconds`; `cpu`: its run's CPU seconds, if it ran one."""
-        entry = self.modes.setdefault(mode, _empty())
+        entry = self.modes.get(mode)
+        if entry is None:
+            entry = self.modes[mode] = _empty()
         if cpu is not None:
             entry["run_cpu_ms"] += cpu * 1000
             entry["timed"] += 1

@@ -18,6 +18,7 @@ from lab.instruments.stats import Board, RequestStats
 from lab.machine import cpu_count
 from lab.modes.contract import Runner, make_facts
 from lab.modes.registry import MODES, build_runners
+from lab.runs import KnownRuns
 from lab.web.hosts import AllowedHosts
 from lab.web.lifecycle import Lifecycle
 from workloads.clocks import gil_enabled
@@ -69,6 +70,8 @@ class Services:
     _published_at: float = 0.0
     _publish_soon: asyncio.Handle | None = None
     _shares: dict[tuple[str, str], float] = field(default_factory=dict)
+    # The runs its requests asked for, resolved and checked once (lab/runs.py).
+    runs: KnownRuns = field(default_factory=KnownRuns)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.requests, self._publish_request)

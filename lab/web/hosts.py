@@ -29,6 +29,8 @@ WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 LOOPBACK_NAMES = frozenset({"localhost"})
 # How much of a refused Host or Origin the error message repeats.
 SHOWN = 100
+# How many Host headers' answers AllowedHosts.allows keeps.
+ANSWERS_KEPT = 64
 
 
 def host_name(netloc: str) -> str | None:
@@ -91,11 +93,22 @@ class AllowedHosts:
         self.bound = host_name(f"[{bound}]" if _is_ipv6(bound) else bound) if bound not in WILDCARDS else None
         if self.bound is not None:
             self.names.add(self.bound)
+        self._answers: dict[str, bool] = {}
 
     def allows(self, netloc: str) -> bool:
         """Whether a Host header (or an Origin's host[:port]) names this server."""
         if self.any:
             return True
+        # Every request asks, nearly always with the same header or two: each answer is kept (a few
+        # microseconds of parsing and ipaddress's a request), a bounded number of them, against a crowd of names.
+        known = self._answers.get(netloc)
+        if known is None:
+            if len(self._answers) >= ANSWERS_KEPT:
+                self._answers.clear()
+            known = self._answers[netloc] = self._allows(netloc)
+        return known
+
+    def _allows(self, netloc: str) -> bool:
         name = host_name(netloc)
         if name is None:
             return False

@@ -19,6 +19,13 @@ from lab.web import tornado_private
 
 app_log = logging.getLogger("tornado.application")
 
+DEFAULT_HEADERS = {
+    "Content-Type": "application/json; charset=UTF-8",
+    "Cache-Control": "no-store",
+    # A browser must not guess another type than the one sent (a JSON error quoting input as HTML).
+    "X-Content-Type-Options": "nosniff",
+}
+
 
 class JsonHandler(RequestHandler):
     """Every response is JSON, errors included ({"error": {"status", "message"}})."""
@@ -27,10 +34,7 @@ class JsonHandler(RequestHandler):
     error_message: str | None = None
 
     def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.set_header("Cache-Control", "no-store")
-        # A browser must not guess another type than the one sent (a JSON error quoting input as HTML).
-        self.set_header("X-Content-Type-Options", "nosniff")
+        tornado_private.set_checked_headers(self, DEFAULT_HEADERS)
 
     def compute_etag(self) -> None:
         return None  # every answer is fresh (no-store); hashing it would only cost time

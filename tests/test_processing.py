@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from lab.machine import cpu_count
-from lab.modes.processing.worker import init_pool_worker
+from lab.modes.processing.runner import STARTS_PER_READ, ProcessRunner
+from lab.modes.processing.worker import START, init_pool_worker
 from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
@@ -86,3 +87,24 @@ def test_a_pool_worker_whose_server_died_before_it_started_watching_stops(server
         else:
             with pytest.raises(BrokenProcessPool):
                 job.result(timeout=STALL_S)
+
+
+def test_the_servers_reads_take_every_start_record_whole() -> None:
+    runner = ProcessRunner("processing", 2, 4, 60.0)
+    seen: list[tuple[int, int | str | None]] = []
+    runner._started = lambda job_id, worker: seen.append((job_id, worker))  # type: ignore[method-assign]
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    try:
+        sent = [(job, 1000 + job % 7) for job in range(STARTS_PER_READ + 10)]
+        for job, pid in sent:  # as workers write them: one record a write
+            os.write(writer, START.pack(job, pid))
+        runner._drain_started(reader)
+        assert seen == sent[:STARTS_PER_READ]  # whole records only, and no more than one read's worth
+        runner._drain_started(reader)  # the loop calls again while the pipe has more
+        assert seen == sent
+        runner._drain_started(reader)  # nothing waiting: nothing read, nothing raised
+        assert seen == sent
+    finally:
+        os.close(reader)
+        os.close(writer)

@@ -18,11 +18,14 @@ from typing import Any
 from lab.machine import cpu_count
 from lab.modes.pool import PoolRunner, pool_size
 from lab.modes.processing.executor import broken, workers
-from lab.modes.processing.worker import init_pool_worker, run_in_worker, warm_pool_worker
+from lab.modes.processing.worker import START, init_pool_worker, run_in_worker, warm_pool_worker
 from workloads.timing import RunRecord
 
 log = logging.getLogger(__name__)
 
+
+# Start records read at most at once (lab/modes/processing/worker.py's START).
+STARTS_PER_READ = 256
 
 PROCESS_POOL = pool_size(
     "--process-pool", "worker processes behind /processing, per server process", cpu_count, "cores"
@@ -49,14 +52,20 @@ class ProcessRunner(PoolRunner):
         self._close_pipe()
         reader, writer = context.Pipe(duplex=False)
         self._pipe = (reader, writer)
-        asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader)
+        os.set_blocking(reader.fileno(), False)
+        asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader.fileno())
         return ProcessPoolExecutor(
             self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer, os.getpid(), self.database)
         )
 
-    def _drain_started(self, reader: Connection) -> None:
-        while reader.poll():
-            job_id, pid = reader.recv()
+    def _drain_started(self, reader: int) -> None:
+        # One read for every record waiting (a multiple of their size: whole records only); more than that
+        # many waiting, the loop calls again. The server holds the writing end too: no end of file.
+        try:
+            records = os.read(reader, START.size * STARTS_PER_READ)
+        except BlockingIOError:
+            return
+        for job_id, pid in START.iter_unpack(records):
             self._started(job_id, pid)
 
     def _close_pipe(self) -> None:

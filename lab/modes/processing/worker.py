@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -14,6 +15,10 @@ from workloads.registry import run_timed, warm_up
 from workloads.timing import RunRecord
 
 _started: Connection | None = None
+
+# What a worker writes when it takes a job: (job id, its pid), 16 bytes. Under PIPE_BUF, so one write is atomic
+# even with every worker writing to the one pipe, and the server reads whole records (lab/modes/processing/runner.py).
+START = struct.Struct("<qq")
 
 
 def init_pool_worker(started: Connection, server: int, database_url: str | None) -> None:
@@ -45,11 +50,10 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
 
     The server starts the job's --job-timeout clock on this message (not
     while the job waits for a worker still starting up), shows the pid as busy
-    in /stats, and kills that worker if the job outlives its deadline. The
-    message is a few dozen bytes, so the pipe write is atomic even with every
-    worker sharing the pipe.
+    in /stats, and kills that worker if the job outlives its deadline. One
+    system call: a START record written straight to the pipe's descriptor.
     """
     if _started is not None:
-        _started.send((job_id, os.getpid()))
+        os.write(_started.fileno(), START.pack(job_id, os.getpid()))
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.
     return run_timed(name, params, PROCESS)

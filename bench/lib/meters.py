@@ -61,12 +61,11 @@ def _life(lifecycle: Lifecycle) -> None:
     life.left()
 
 
-def _calls() -> dict[str, Callable[[], object]]:
-    """Each instrument's one call."""
+def _calls(gil: GilMeter) -> dict[str, Callable[[], object]]:
+    """Each instrument's one call (`gil`: a started meter)."""
     board, doc, stats, occupancy = Board(1), _board_doc(), RequestStats(), Occupancy()
     lifecycle = Lifecycle(RequestStats(), lambda active: None)
-    cores, gil = CoreMeter(), GilMeter()
-    gil.start()
+    cores = CoreMeter()
     record = run_timed("count", {"n": 1})
     run = Run("threading", "count", {"n": 1})
     return {
@@ -92,8 +91,12 @@ def instrument_costs(repeat: int = 5, calls: int = 2000) -> list[dict[str, Any]]
     idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(SERVER_THREADS - 1)]
     for thread in idle:
         thread.start()
+    # Stopped before this process ends: its sampling thread, left to run into the interpreter's exit, can be
+    # caught taking the GIL there and abort the process ("FATAL: exception not rethrown").
+    gil = GilMeter()
+    gil.start()
     try:
-        measured = _calls()
+        measured = _calls(gil)
         samples: dict[str, list[float]] = {name: [] for name in measured}
         for _ in range(repeat):
             for name, call in measured.items():
@@ -102,5 +105,6 @@ def instrument_costs(repeat: int = 5, calls: int = 2000) -> list[dict[str, Any]]
                     call()
                 samples[name].append(1e6 * (time.perf_counter() - began) / calls)
     finally:
+        gil.stop()
         stop.set()
     return [{"instrument": name, "us_per_call": round(statistics.median(samples[name]), 2)} for name in measured]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tornado.routing import PathMatches
+
 from handlers import catalog, compare, metrics, page, ping, race, run, stats
 
 if TYPE_CHECKING:
@@ -13,6 +15,11 @@ if TYPE_CHECKING:
 MODULES = (ping, run, page, catalog, stats, metrics, compare, race)
 
 
-def all_routes(services: Services) -> list[tuple[str, Any, dict[str, Any]]]:
+def all_routes(services: Services) -> list[tuple[PathMatches, Any, dict[str, Any]]]:
     """Every module's routes, each handler given the server's services."""
-    return [(pattern, handler, {"services": services}) for module in MODULES for pattern, handler in module.routes]
+    # A handler may say how its pattern is matched (its `matcher`); Tornado matches the others as paths.
+    return [
+        (getattr(handler, "matcher", PathMatches)(pattern), handler, {"services": services})
+        for module in MODULES
+        for pattern, handler in module.routes
+    ]

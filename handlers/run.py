@@ -20,6 +20,7 @@ DATABASE_RETRY_AFTER_S = 2
 
 class RunHandler(LabHandler):
     runs_work = True
+    matcher: type[PathMatches]  # ModePath, below
 
     async def get(self, name: str, workload_name: str | None) -> None:
         runner = self.services.runners.get(name)
@@ -60,13 +61,11 @@ class ModePath(PathMatches):
     (handlers/base.py's NotFoundHandler).
     """
 
-    def __init__(self) -> None:
-        super().__init__(r"/([^/]+)(?:/([^/]+))?/?")
-
     def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
         found = super().match(request)
         mode = found["path_args"][0] if found is not None else None
         return found if mode is not None and mode.decode("utf-8", "replace") in MODES else None
 
 
-routes = [(ModePath(), RunHandler)]
+RunHandler.matcher = ModePath
+routes = [(r"/([^/]+)(?:/([^/]+))?/?", RunHandler)]

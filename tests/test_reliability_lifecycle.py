@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lab.errors import LabError
+from lab.instruments.stats import RequestStats
+from lab.web.lifecycle import ClientGone, Lifecycle, RequestLife
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
@@ -168,3 +174,61 @@ def test_a_stop_noted_before_the_loop_is_replayed_by_serve(args: tuple[str, ...]
         assert run.process.returncode == 0, stderr
         assert "stopped during start-up" in stderr
         assert run.survivors() == []  # the embedded upstream, any child and pool worker too
+
+
+# ---------- a request's task, cancelled where it awaits its work ----------
+
+
+async def _attended(life: RequestLife, cancel: Callable[[asyncio.Task[Any]], None]) -> tuple[str, int]:
+    """How `life.attend` of a never-ending wait ends when `cancel` acts on the awaiting task; then its cancelling()."""
+
+    async def awaiting() -> str:
+        try:
+            await life.attend(asyncio.Event().wait())
+        except ClientGone:
+            return "client gone"
+        except LabError as error:
+            return f"{error.status_code}"
+        except asyncio.CancelledError:
+            return "cancelled"
+        finally:
+            await asyncio.sleep(0)  # (the task's state at its end, below)
+        return "ended"
+
+    task = asyncio.ensure_future(awaiting())
+    await asyncio.sleep(0)
+    cancel(task)
+    outcome = await task
+    return outcome, task.cancelling()
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("client gone", ("client gone", 0)),
+        ("abandoned", ("503", 0)),
+        ("client gone and abandoned", ("client gone", 0)),
+        ("cancelled elsewhere", ("cancelled", 1)),
+        ("client gone and cancelled elsewhere", ("cancelled", 1)),
+    ],
+)
+def test_the_work_a_request_awaits_is_cancelled_in_its_own_task_and_only_its_own_cancels_are_answered(
+    how: str, expected: tuple[str, int]
+) -> None:
+    async def main() -> tuple[str, int]:
+        lifecycle = Lifecycle(RequestStats(), lambda active: None)
+        life = lifecycle.begin(object())
+
+        def cancel(task: asyncio.Task[Any]) -> None:
+            if "client gone" in how:
+                life.client_gone()
+            if "abandoned" in how:
+                lifecycle.abandon()
+            if "elsewhere" in how:
+                task.cancel()
+
+        outcome = await _attended(life, cancel)
+        assert not lifecycle.jobs  # it holds nothing once it has answered
+        return outcome
+
+    assert asyncio.run(main()) == expected

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"
 TASKS = "/proc/self/task"
@@ -72,12 +73,12 @@ def _gil_holding_reader() -> Callable[[int], Callable[[], bytes | None]] | None:
     try:
         import ctypes  # noqa: PLC0415 (here: a sub-interpreter of 3.12 cannot import it)
 
-        pread = ctypes.PyDLL(None).pread
+        pread = ctypes.PyDLL(None).pread64  # (pread64: its offset is 64 bits wherever it runs)
     except (ImportError, OSError, AttributeError):
         return None
     # The arguments as C values made once (declared argtypes would convert each on every call, nearly doubling
     # its cost); the descriptor goes as the C int it is, and the result (at most SCHEDSTAT_BYTES) fits one.
-    size, offset = ctypes.c_size_t(SCHEDSTAT_BYTES), ctypes.c_long(0)
+    size, offset = ctypes.c_size_t(SCHEDSTAT_BYTES), ctypes.c_int64(0)
 
     def reader(fd: int) -> Callable[[], bytes | None]:
         # Each file its own buffer: between the read and the copy out of it another thread may run.
@@ -90,6 +91,13 @@ def _gil_holding_reader() -> Callable[[int], Callable[[], bytes | None]] | None:
         return read
 
     return reader
+
+
+def _os_pread(fd: int) -> bytes | None:
+    try:
+        return os.pread(fd, SCHEDSTAT_BYTES, 0)
+    except OSError:
+        return None
 
 
 SCHEDSTAT_BYTES = 128  # "<ns on a CPU> <ns in the run queue> <timeslices>\n": at most 62
@@ -109,13 +117,8 @@ class _KeptSchedstat:
 
     def __init__(self, path: str = THREAD_SCHEDSTAT) -> None:
         self.fd = os.open(path, os.O_RDONLY)
-        self._read = self._os_read if _READER is None else _READER(self.fd)
-
-    def _os_read(self) -> bytes | None:
-        try:
-            return os.pread(self.fd, SCHEDSTAT_BYTES, 0)
-        except OSError:
-            return None
+        # (Neither reader refers back to this object, so that dropping it closes its file at once.)
+        self._read = partial(_os_pread, self.fd) if _READER is None else _READER(self.fd)
 
     def read(self) -> tuple[float, float] | None:
         raw = self._read()

@@ -66,8 +66,8 @@ class Lifecycle:
         self.stats = stats
         self.occupancy = Occupancy()  # what the fair and dispatch accept policies read (lab/serve/accept.py)
         self.active = 0  # requests begun and not yet ended
-        # The tasks of in-flight requests awaiting work: abandon() cancels them when the grace period is over.
-        self.jobs: set[asyncio.Future[Any]] = set()
+        # In-flight requests awaiting work: abandon() cancels their tasks when the grace period is over.
+        self.jobs: set[RequestLife] = set()
         self.phase = Phase.SERVING
         self._on_end = on_end  # after each counted end, told how many remain in flight: publish to the board
         self._idle = asyncio.Event()
@@ -106,8 +106,8 @@ class Lifecycle:
     def abandon(self) -> None:
         """The grace period is over: every awaited job ends now, its client gets a 503."""
         self.phase = Phase.ABANDONING
-        for job in list(self.jobs):
-            job.cancel()
+        for life in list(self.jobs):
+            life.cancel()
 
 
 class RequestLife:
@@ -119,7 +119,8 @@ class RequestLife:
         self._lifecycle = lifecycle
         self._connection = connection
         self.stage = Stage.IN_FLIGHT
-        self._job: asyncio.Future[Any] | None = None
+        self._job: asyncio.Task[Any] | None = None  # its task, while it awaits work (attend)
+        self._cancels = 0  # cancellations of that task made here (cancel), which attend answers
         self._cpu: float | None = None
 
     def classify(self, mode: str) -> None:
@@ -137,27 +138,33 @@ class RequestLife:
         the next caller wait behind it. The work is awaited in the request's
         own task, and cancelled by cancelling that task while it awaits here:
         a task of its own for the work would cost every request two more turns
-        of the event loop (bench.overhead: about 50 µs a /threading request).
+        of the event loop (about 50 µs of the server's CPU a /threading request, docs/results.md#overhead).
         """
         task = asyncio.current_task()
         if task is None:  # (not in a task: nothing to cancel it with)
             return await work
-        self._job = task
-        self._lifecycle.jobs.add(task)
+        self._job, self._cancels = task, 0
+        self._lifecycle.jobs.add(self)
         try:
             return await work
         except asyncio.CancelledError:
-            gone, abandoning = self.stage is Stage.CLIENT_GONE, self._lifecycle.phase is Phase.ABANDONING
-            while (gone or abandoning) and task.cancelling():
-                task.uncancel()  # ours (both, if the client left as the server gave up), answered here
-            if gone:
-                raise ClientGone from None
-            if abandoning:
-                raise LabError(503, "the server is shutting down; retry", retry_after=1) from None
+            for _ in range(self._cancels):
+                task.uncancel()  # ours, answered below
+            if self._cancels and not task.cancelling():  # (a cancellation made elsewhere goes on up)
+                if self.stage is Stage.CLIENT_GONE:
+                    raise ClientGone from None
+                if self._lifecycle.phase is Phase.ABANDONING:
+                    raise LabError(503, "the server is shutting down; retry", retry_after=1) from None
             raise
         finally:
             self._job = None
-            self._lifecycle.jobs.discard(task)
+            self._lifecycle.jobs.discard(self)
+
+    def cancel(self) -> None:
+        """Cancel the work it awaits (attend): its task, where it awaits."""
+        if self._job is not None:
+            self._cancels += 1
+            self._job.cancel()
 
     def ran(self, cpu: float | None) -> None:
         """Its run took `cpu` CPU seconds where it ran: added to its mode's sum in /stats when it ends."""
@@ -187,8 +194,7 @@ class RequestLife:
         """Its client closed the connection: what it awaits is cancelled (an answered request stays as it is)."""
         if self.stage is Stage.IN_FLIGHT:
             self.stage = Stage.CLIENT_GONE
-            if self._job is not None:
-                self._job.cancel()
+            self.cancel()
 
     def end(self, status: int) -> None:
         """Counted once, before the response leaves: a client holding its answer finds it in /stats."""

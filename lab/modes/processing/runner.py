@@ -65,7 +65,10 @@ class ProcessRunner(PoolRunner):
             records = os.read(reader, START.size * STARTS_PER_READ)
         except BlockingIOError:
             return
-        for job_id, pid in START.iter_unpack(records):
+        whole = len(records) - len(records) % START.size
+        if whole != len(records):  # (never from these workers: a worker of other code, spawned after an update)
+            log.warning("ignored %d bytes on the process pool's start pipe", len(records) - whole)
+        for job_id, pid in START.iter_unpack(records[:whole]):
             self._started(job_id, pid)
 
     def _close_pipe(self) -> None:

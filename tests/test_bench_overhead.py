@@ -57,6 +57,21 @@ def test_each_rounds_ratio_comes_from_that_rounds_own_pair() -> None:
     assert ratios(rows, "x", ("lab", "floor"), lambda r: "g") == {"g": {"rounds": [1.5, 1.5, 1.2], "median": 1.5}}
 
 
+def test_the_hop_summary_takes_the_cpu_ratio_round_by_round_too() -> None:
+    # Round 2 is a slow minute for both sides. The CPU ratio is taken in each round (1.5, 1.4, 1.2: median 1.4),
+    # not from each side's median over the rounds (360 / 300 = 1.2), which pairs numbers of different minutes.
+    def row(round_: int, side: str, us: float, cpu: float) -> dict[str, Any]:
+        return {"round": round_, "side": side, "route": "blocking", "concurrency": 1, "us_per_request": us,
+                "server_cpu_us": cpu, "client_cpu_share": 0.1, "failed": 0}  # fmt: skip
+
+    rows = [row(1, "floor", 300, 200), row(1, "lab", 420, 300), row(2, "lab", 800, 700), row(2, "floor", 500, 500),
+            row(3, "floor", 300, 300), row(3, "lab", 390, 360)]  # fmt: skip
+    (summary,) = hop_summary(rows)
+    assert summary["ratios"] == [1.4, 1.6, 1.3] and summary["ratio"] == 1.4
+    assert summary["cpu_lab_floor"] == 1.4
+    assert (summary["floor_cpu_us"], summary["lab_cpu_us"]) == (300.0, 360.0)
+
+
 def test_a_round_missing_a_side_has_no_ratio() -> None:
     rows = [{"round": 1, "side": "floor", "x": 100.0}, {"round": 1, "side": "lab", "x": 110.0},
             {"round": 2, "side": "lab", "x": 130.0}]  # fmt: skip

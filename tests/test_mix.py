@@ -83,7 +83,12 @@ def test_async_awaits_mix_on_its_loop_thread_and_overlaps_only_the_waits(server:
     assert max_concurrency(run_intervals(replies)) == 4
     for body in bodies:
         timing = body["timing"]
-        assert timing["cpu_ms"] >= 30 - 0.001 and timing["io_wait_ms"] == pytest.approx(300, abs=TIMER_GRAIN_MS)
+        assert timing["cpu_ms"] >= 30 - 0.001 and timing["io_wait_ms"] <= 300 + TIMER_GRAIN_MS, timing
+        # What the wait reads short of its 300 ms is the run's own time inside it (workloads/waits.py): its steps'
+        # edges computing or queued for a core, which a loaded machine can stretch past a millisecond (a CI run
+        # read 298.76). It is in the run's other parts: none of the wait is lost.
+        own = timing["core_wait_ms"] + timing["cpu_ms"] - 30
+        assert timing["io_wait_ms"] + own >= 300 - TIMER_GRAIN_MS, timing
 
 
 def test_async_serves_only_what_it_can_await(server: LabServer) -> None:

@@ -90,7 +90,14 @@ def _median(values: Sequence[Any]) -> float | None:
 
 def hop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per route and concurrency: each side's median over the rounds, and lab / floor round by round."""
-    by_round = ratios(rows, "us_per_request", ("lab", "floor"), lambda r: (str(r["route"]), int(r["concurrency"])))
+
+    def hop(row: Mapping[str, Any]) -> tuple[str, int]:
+        return str(row["route"]), int(row["concurrency"])
+
+    by_round = ratios(rows, "us_per_request", ("lab", "floor"), hop)
+    # The serving processes' CPU, lab / floor per round: the lab's own cost, which ab's share of the
+    # machine and the kernel's part of each request do not dilute as they do the wall time's.
+    cpu_by_round = ratios(rows, "server_cpu_us", ("lab", "floor"), hop)
     summary = []
     for (route, c), found in by_round.items():
         mine = [r for r in rows if (r["route"], r["concurrency"]) == (route, c)]
@@ -102,6 +109,7 @@ def hop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "ratios": found["rounds"], "ratio": found["median"],
             "floor_cpu_us": _median([r["server_cpu_us"] for r in side["floor"]]),
             "lab_cpu_us": _median([r["server_cpu_us"] for r in side["lab"]]),
+            "cpu_lab_floor": cpu_by_round.get((route, c), {}).get("median"),
             "client_cpu_share": max(r["client_cpu_share"] for r in mine),
             "failed": sum(r["failed"] for r in mine),
         })  # fmt: skip
@@ -172,7 +180,7 @@ HOP_COLUMNS = (
     Column("floor_us", "floor µs", "{:.0f}"), Column("lab_us", "lab µs", "{:.0f}"),
     RATIOS, Column("ratio", "lab/floor"),
     Column("floor_cpu_us", "floor CPU µs", "{:.0f}"), Column("lab_cpu_us", "lab CPU µs", "{:.0f}"),
-    Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
+    Column("cpu_lab_floor", "CPU lab/floor"), Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
 GIL_COLUMNS = (
     Column("round", "round", "{}"),

@@ -18,9 +18,24 @@ from workloads.page.errors import Unavailable
 DATABASE_RETRY_AFTER_S = 2
 
 
+class ModePath(PathMatches):
+    """/{mode}[/{workload}] for a mode in the registry, read at each request (a mode added to it is served).
+
+    Only the modes, so that the route can come early (handlers/routes.py):
+    Tornado tries each route's pattern in turn, and every run would otherwise
+    pay for every fixed route's first. Any other path is the usual 404
+    (handlers/base.py's NotFoundHandler).
+    """
+
+    def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
+        found = super().match(request)
+        mode = found["path_args"][0] if found is not None else None
+        return found if mode is not None and mode.decode("utf-8", "replace") in MODES else None
+
+
 class RunHandler(LabHandler):
     runs_work = True
-    matcher: type[PathMatches]  # ModePath, below
+    matcher = ModePath  # how handlers/routes.py matches its pattern
 
     async def get(self, name: str, workload_name: str | None) -> None:
         runner = self.services.runners.get(name)
@@ -52,20 +67,4 @@ class RunHandler(LabHandler):
         self.write(envelope(run, record, received=self.life.received, pid=services.pid, task_id=services.task_id))
 
 
-class ModePath(PathMatches):
-    """/{mode}[/{workload}] for a mode in the registry, read at each request (a mode added to it is served).
-
-    Only the modes, so that the route can come early (handlers/routes.py):
-    Tornado tries each route's pattern in turn, and every run would otherwise
-    pay for every fixed route's first. Any other path is the usual 404
-    (handlers/base.py's NotFoundHandler).
-    """
-
-    def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
-        found = super().match(request)
-        mode = found["path_args"][0] if found is not None else None
-        return found if mode is not None and mode.decode("utf-8", "replace") in MODES else None
-
-
-RunHandler.matcher = ModePath
 routes = [(r"/([^/]+)(?:/([^/]+))?/?", RunHandler)]

@@ -67,7 +67,7 @@ def _gil_holding_reader() -> Callable[[int], Callable[[], bytes | None]] | None:
     behind the thread that holds it, a context switch each way. A pool thread
     timing its job read its file twice a job and so made twice as many
     switches as the job itself (bench.overhead, docs/results.md#overhead).
-    libc's pread called through ctypes.PyDLL keeps the GIL. (A sub-interpreter
+    libc's pread64 called through ctypes.PyDLL keeps the GIL. (A sub-interpreter
     of Python 3.12 cannot import ctypes: its readers use os.pread.)
     """
     try:

@@ -266,8 +266,10 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
         assert wait_for(lambda: sum(other.run(_executing).values()) == 2)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
             sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            assert wait_for(lambda: _pool(lab.url)["running"] == 1)
-        assert wait_for(lambda: _pool(lab.url)["running"] == 0)
+            # Handed to the cluster (a job ahead of each worker), not begun by either.
+            assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (0, 1))
+        assert wait_for(lambda: _pool(lab.url)["waiting"] == 0)
+        assert _pool(lab.url)["running"] == 0
         other.gather(busy)
         assert get(f"{lab.url}/distributed/sleep?seconds=0").status == 200
         # The lab's tasks announce their start on a topic of their own: only the last one ever started.
@@ -275,6 +277,22 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
                    for event in events]  # fmt: skip
     assert len(started) == 1
     assert (_pool(lab.url)["submitted"], _pool(lab.url)["cancelled_waiting"]) == (2, 1)
+
+
+def test_each_worker_is_handed_its_next_task_ahead_and_the_rest_wait_in_the_gate(
+    cluster: DaskCluster, start_server: StartServer
+) -> None:
+    # A task's result comes back through the scheduler, and the next task goes out through it: a worker handed
+    # one task at a time would idle through that round trip. The gate hands each worker thread one more, ahead.
+    lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
+    _wait_for_both_workers(lab.url, cluster)
+    with cluster.client() as other, ThreadPoolExecutor(5) as pool:
+        replies = [pool.submit(get, url, 60) for url in copies(f"{lab.url}/distributed/sleep?seconds=2", 5)]
+        assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (2, 3))
+        at_workers = other.processing()  # each worker's tasks: the one it runs, and the one ahead of it
+        assert sorted(len(keys) for keys in at_workers.values()) == [2, 2], at_workers
+        assert [reply.result().status for reply in replies] == [200] * 5
+    assert (_pool(lab.url)["running"], _pool(lab.url)["waiting"], _pool(lab.url)["submitted"]) == (0, 0, 5)
 
 
 def test_with_no_worker_left_requests_get_503_naming_the_lost_worker(

@@ -132,6 +132,10 @@ class PoolRunner:
     # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands
     # an executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
     start_timeout: float | None = None
+    # Jobs handed to the executor ahead of each worker, beyond the one it runs. 0 for a local pool, whose
+    # hand-off takes microseconds. A cluster's takes a round trip (the result back through its scheduler, the
+    # next task out through it: milliseconds), which its worker would spend idle, one job at a time.
+    ahead: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -143,7 +147,7 @@ class PoolRunner:
         self.size = size
         self.max_pending = max_pending
         self.job_timeout = job_timeout
-        self.slots = Slots(size)
+        self.slots = Slots(self.lanes(size))
         self.idle = self.slots.idle
         self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
         self._executor: Executor | None = None
@@ -245,13 +249,15 @@ class PoolRunner:
         raise _PastDeadline
 
     def _admit(self) -> None:
-        """A 503 if every slot is busy and --max-pending jobs wait already."""
-        if self.slots.busy >= self.size and self.slots.waiting >= self.max_pending:
+        """A 503 if every worker has a job and --max-pending jobs wait already (in the gate, or handed ahead)."""
+        workers = self.slots.size // (1 + self.ahead)
+        waiting = self.slots.waiting + max(0, self.slots.busy - workers)
+        if self.slots.busy >= workers and waiting >= self.max_pending:
             self.counts["rejected"] += 1
             raise LabError(
                 503,
-                f"{self.mode} pool is full: {self.slots.busy} jobs running and "
-                f"{self.slots.waiting} waiting (--max-pending {self.max_pending}); retry later",
+                f"{self.mode} pool is full: {min(self.slots.busy, workers)} jobs running and "
+                f"{waiting} waiting (--max-pending {self.max_pending}); retry later",
                 retry_after=RETRY_AFTER_S,
             )
 
@@ -277,6 +283,10 @@ class PoolRunner:
 
         job.add_done_callback(ended)
         return job_id, record, job
+
+    def lanes(self, workers: int) -> int:
+        """How many jobs the gate hands `workers` workers at once: one each, and `ahead` more each."""
+        return workers * (1 + self.ahead)
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         raise NotImplementedError
@@ -328,8 +338,9 @@ class PoolRunner:
         return {
             "kind": self.kind,
             "size": self.size,
-            "running": self.slots.busy,
-            "waiting": self.slots.waiting,
+            "running": len(since),
+            # In the gate, or handed to the executor and not begun yet (a job ahead, a thread about to take it).
+            "waiting": self.slots.waiting + len(self._running) - len(since),
             "max_pending": self.max_pending,
             "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),
             "longest_running_s": round(now - min(since), 3) if since else None,

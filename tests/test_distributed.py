@@ -578,6 +578,41 @@ def test_the_key_split_cache_is_cleared_past_what_the_lab_keeps() -> None:
     assert key_split.cache_info().currsize == 0
 
 
+def test_a_finished_tasks_release_goes_to_the_scheduler_in_one_batch_with_the_next_submit() -> None:
+    # Dask's client sends its scheduler at most one batch per 10 ms. A release sent alone as its task ended made
+    # the next request's submit, a moment later, wait out those 10 ms: 21 ms a request at c = 1, the floor's 12.
+    from lab.modes.distributed.cluster import RELEASE_WITHIN_S, Cluster
+
+    async def scene() -> tuple[list[list[str]], bool]:
+        async with distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, asynchronous=True, dashboard_address=None
+        ) as local:
+            cluster = Cluster(None, 1, {}, started=lambda job, address: None, resized=lambda threads: None)
+            cluster.client = await distributed.Client(local, asynchronous=True)
+            try:
+                keys = []
+                for job in range(3):
+                    assert (await cluster.submit(job, "count", {"n": 1}))["result"] == 1
+                    keys.append(cluster._ended[-1].key)
+                    await asyncio.sleep(0.02)  # past the client's 10 ms: the next batch goes at once
+                await asyncio.sleep(RELEASE_WITHIN_S * 3)  # no submit follows the last: released all the same
+                scheduler = local.scheduler
+                assert scheduler is not None
+                released = not any(key in scheduler.tasks for key in keys)
+                assert cluster.client.scheduler_comm is not None
+                sent = [[str(m.get("op")) for m in batch] for batch in cluster.client.scheduler_comm.recent_message_log
+                        if isinstance(batch, list)]  # fmt: skip
+                return sent, released
+            finally:
+                await cluster._close_client()
+
+    batches, released = asyncio.run(scene())
+    releases = [batch for batch in batches if "client-releases-keys" in batch]
+    assert len(releases) == 3, batches
+    assert sum("update-graph" in batch for batch in releases) == 2, batches  # the first two, with the next submit
+    assert released
+
+
 def test_the_server_trims_its_own_key_split_cache_as_it_submits() -> None:
     # The client splits every key it submits (one per request: pure=False) and keeps the answer, in the server.
     from dask.utils import key_split

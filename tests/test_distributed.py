@@ -619,10 +619,9 @@ def test_the_task_is_pickled_once_and_each_submit_ships_those_bytes(monkeypatch:
     # own pickler, then went through cloudpickle, about 300 µs of the server's CPU a request.
     from distributed.protocol import pickle as dask_pickle
 
-    from lab.modes.distributed import cluster as dask_cluster
     from lab.modes.distributed.worker import task
 
-    shipped = dask_cluster.Prepickled(task())
+    shipped = task()
     assert dask_utils_funcname(shipped) == "run_task"  # the task's key is named after it, as before
 
     def no_cloudpickle(*args: Any, **kwargs: Any) -> bytes:

@@ -104,8 +104,12 @@ def test_a_silent_worker_costs_no_request_more_than_a_clear_answer(hosts: HostCl
     w1 = f"tcp://{hosts.net['w1'].address}:"
 
     def w1_serves() -> bool:
-        reply = hosts.get(f"/distributed/sleep?seconds=0&_={time.time()}", 30)
-        return reply.status == 200 and reply.body["worker"]["address"].startswith(w1)
+        # Two at once: Dask gives a task for any worker to an idle one, round-robin on its count of tasks, so
+        # requests sent one after another (a constant count) can all go to the same worker; two at once, to both.
+        burst = [hosts.client.submit(hosts.get, f"/distributed/sleep?seconds=0.2&_={time.time()}-{i}", 30)
+                 for i in range(2)]  # fmt: skip
+        replies = [request.result() for request in burst]
+        return any(r.status == 200 and r.body["worker"]["address"].startswith(w1) for r in replies)
 
     assert wait_for(w1_serves, timeout=90), hosts.log("w1")
     assert hosts.processes["lab"].pid == lab_pid and hosts.processes["lab"].poll() is None

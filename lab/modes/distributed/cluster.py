@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import pickle
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -131,7 +130,7 @@ class Cluster:
         self.health = Health(self.roster, view, embedded=scheduler is None, resized=resized, address=self.address)
         self._started = started
         self.topic = f"lab-started-{uuid.uuid4().hex[:8]}"
-        self._task = Prepickled(task())
+        self._task = task()
         self.client: Client | None = None
         self._cluster: EmbeddedCluster | None = None  # the embedded cluster's process, once started
         self._keeper: asyncio.Task[None] | None = None  # watches the connection, opens a new one when it is lost
@@ -375,29 +374,6 @@ class Cluster:
         if cluster is not None:
             await cluster.stop()  # (its directory removed)
         self.view["state"] = "closed"
-
-
-class Prepickled:
-    """A function shipped by value, pickled once (cloudpickle) rather than at every submit.
-
-    Dask's client pickles each task it submits: plain pickle first, which
-    fails on a function local to a call, then its own pickler, which fails
-    too, then cloudpickle, by value: about 300 µs of the server's CPU a
-    request (py-spy, /distributed/count?n=1 at c = 10). This object pickles
-    as the bytes made once and `pickle.loads`, so the first attempt succeeds;
-    what the scheduler and the workers unpickle is the function itself.
-    """
-
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self.function = function
-        self.__name__ = function.__name__  # what Dask names the task's key after
-        self._pickled = cloudpickle.dumps(function)
-
-    def __call__(self, *args: Any) -> Any:
-        return self.function(*args)
-
-    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
-        return pickle.loads, (self._pickled,)
 
 
 async def _close_quietly(client: Client) -> None:

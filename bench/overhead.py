@@ -13,8 +13,9 @@ hops    For every route (/ping, /{mode}/count?n=1, /async?delay=0.01) and
         the same hop and nothing else; its pools the lab's sizes, its /async
         the same call to the lab's upstream, its /distributed a submit to the
         lab's Dask scheduler). Microseconds per request (the batch's wall time
-        over its requests), the serving process's CPU per request, ab's own
-        CPU share (near 1 would make the client the limit), lab / floor.
+        over its requests), the serving process's CPU and its threads'
+        context switches per request, ab's own CPU share (near 1 would make
+        the client the limit), lab / floor.
 gil     /ping during ten GIL-bound /threading/count?n=--gil-load requests
         (bench/lib/convoy.py), on each side with the same thread pool:
         the probes' median and longest, lab / floor.
@@ -53,7 +54,7 @@ from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.convoy import convoy
 from bench.lib.meters import instrument_costs
 from bench.lib.results import machine_facts, new_results_dir
-from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu
+from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu, own_switches
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
 PARTS = ("hops", "gil", "accept", "instruments")
@@ -184,11 +185,15 @@ def hops(
 
     def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
         (target, c), (base, pids) = item, servers[side]
-        before = own_cpu(pids)
+        before, switched = own_cpu(pids), own_switches(pids)
         batch = ab_batch(base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
-        cpu = own_cpu(pids) - before
-        server_us = round(1e6 * cpu / batch.requests, 1) if batch.requests else None
-        return {"route": target.route, "path": target.path, "concurrency": c, **batch.row(), "server_cpu_us": server_us}
+        cpu, switches = own_cpu(pids) - before, own_switches(pids) - switched
+        per = (lambda total, scale: round(scale * total / batch.requests, 2)) if batch.requests else None
+        return {
+            "route": target.route, "path": target.path, "concurrency": c, **batch.row(),
+            "server_cpu_us": per(cpu, 1e6) if per else None,
+            "server_switches": per(switches, 1) if per else None,
+        }  # fmt: skip
 
     return alternate(items, SIDES, args.rounds, one, progress)
 

@@ -298,6 +298,23 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def own_switches(pids: Sequence[int]) -> int:
+    """Context switches so far (voluntary and not) of every live thread of these processes.
+
+    Each thread's own count (/proc/PID/task/TID/status): the process's
+    status file counts its first thread's only. A thread that has ended takes
+    its count with it.
+    """
+    total = 0
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            with contextlib.suppress(OSError):
+                for line in status.read_text().splitlines():
+                    if "ctxt_switches:" in line:  # voluntary_ and nonvoluntary_
+                        total += int(line.split(":")[1])
+    return total
+
+
 def own_cpu(pids: Sequence[int]) -> float:
     """CPU seconds (user + system) used so far by these processes themselves, not their children."""
     total = 0.0

@@ -110,6 +110,10 @@ def hop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "floor_cpu_us": _median([r["server_cpu_us"] for r in side["floor"]]),
             "lab_cpu_us": _median([r["server_cpu_us"] for r in side["lab"]]),
             "cpu_lab_floor": cpu_by_round.get((route, c), {}).get("median"),
+            # Context switches of the serving processes' threads a request: a count, steadier than a time on a
+            # host whose speed moves from one minute to the next (each a wake-up, and a wait for the GIL).
+            "floor_switches": _median([r.get("server_switches") for r in side["floor"]]),
+            "lab_switches": _median([r.get("server_switches") for r in side["lab"]]),
             "client_cpu_share": max(r["client_cpu_share"] for r in mine),
             "failed": sum(r["failed"] for r in mine),
         })  # fmt: skip
@@ -180,7 +184,9 @@ HOP_COLUMNS = (
     Column("floor_us", "floor µs", "{:.0f}"), Column("lab_us", "lab µs", "{:.0f}"),
     RATIOS, Column("ratio", "lab/floor"),
     Column("floor_cpu_us", "floor CPU µs", "{:.0f}"), Column("lab_cpu_us", "lab CPU µs", "{:.0f}"),
-    Column("cpu_lab_floor", "CPU lab/floor"), Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
+    Column("cpu_lab_floor", "CPU lab/floor"),
+    Column("floor_switches", "floor switches"), Column("lab_switches", "lab switches"),
+    Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
 GIL_COLUMNS = (
     Column("round", "round", "{}"),

@@ -54,7 +54,7 @@ from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.convoy import convoy
 from bench.lib.meters import instrument_costs
 from bench.lib.results import machine_facts, new_results_dir
-from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu, own_switches
+from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu, own_switches, switches_since
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
 PARTS = ("hops", "gil", "accept", "instruments")
@@ -187,7 +187,7 @@ def hops(
         (target, c), (base, pids) = item, servers[side]
         before, switched = own_cpu(pids), own_switches(pids)
         batch = ab_batch(base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
-        cpu, switches = own_cpu(pids) - before, own_switches(pids) - switched
+        cpu, switches = own_cpu(pids) - before, switches_since(switched, own_switches(pids))
         per = (lambda total, scale: round(scale * total / batch.requests, 2)) if batch.requests else None
         return {
             "route": target.route, "path": target.path, "concurrency": c, **batch.row(),

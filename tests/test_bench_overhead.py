@@ -15,7 +15,7 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
-from bench.lib.servers import own_switches
+from bench.lib.servers import own_switches, switches_since
 from bench.lib.tax import gil_summary, hop_summary
 from lab import ROOT
 from tests.bench_helpers import Tracked
@@ -86,7 +86,7 @@ def test_the_switch_count_is_every_threads_and_grows_with_each_wait() -> None:
         start = own_switches([os.getpid()])
         for _ in range(50):
             time.sleep(0.001)
-        counts.append(own_switches([os.getpid()]) - start)
+        counts.append(switches_since(start, own_switches([os.getpid()])))
 
     thread = threading.Thread(target=sleep_often)
     thread.start()

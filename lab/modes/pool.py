@@ -1,7 +1,8 @@
 """The pools' common part: an admission gate in front of an executor, deadlines, cancellation, counters.
 
-Every pool mode sits behind the same gate (`Slots`): at most `size` jobs are
-handed to an executor at once, the rest wait here, in order, where they can
+Every pool mode sits behind the same gate (`Slots`): at most one job a worker
+(and `ahead` more a worker, for a cluster) is handed to an executor at once,
+the rest wait here, in order, where they can
 be counted (/stats), bounded (--max-pending) and cancelled when their client
 goes away. An executor's own queue is invisible and cannot forget work
 nobody wants any more.
@@ -45,7 +46,7 @@ def pool_size(flag: str, behind: str, default: Callable[[], int], shown: str) ->
 
 
 class Slots:
-    """A FIFO gate in front of an executor: `size` jobs run, the others wait in order."""
+    """A FIFO gate in front of an executor: `size` jobs are handed to it, the others wait in order."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -130,7 +131,7 @@ class PoolRunner:
     # The flag that sizes the pool (None: sized otherwise, as a cluster is).
     size_setting: ClassVar[Setting[int] | None] = None
     # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands
-    # an executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
+    # a local executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
     start_timeout: float | None = None
     # Jobs handed to the executor ahead of each worker, beyond the one it runs. 0 for a local pool, whose
     # hand-off takes microseconds. A cluster's takes a round trip (the result back through its scheduler, the

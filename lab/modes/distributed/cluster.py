@@ -355,7 +355,8 @@ class Cluster:
 
     async def _stop_worker(self, job_id: int, address: str) -> None:
         # Cancel first: a task whose worker died is rerun elsewhere, and this
-        # one already had its answer (504).
+        # one already had its answer (504); so would a finished one whose result is still held.
+        self._release_ended()
         future = self._futures.get(job_id)
         if future is not None:
             await self._cancel(future)

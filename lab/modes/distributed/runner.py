@@ -19,7 +19,7 @@ external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
            reach a scheduler can run code on its workers).
 
 What the pools do, this runner does too (it is a PoolRunner): the admission
-gate (its size follows the cluster's worker threads as workers come and go),
+gate (two tasks a worker thread, `ahead`, following the cluster's threads as workers come and go),
 --max-pending 503s, --job-timeout 504s counted from when a worker starts the
 task, and a task cancelled when its client leaves. Dask cannot interrupt a
 running task any more than Python can stop a thread, so a task over its
@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A task waits for a worker to begin it at least this long (a nanny's restart takes seconds), or --job-timeout.
+# A task waits for a worker to begin it at least this long (a nanny's restart takes seconds), or --job-timeout;
+# and, handed ahead, --job-timeout more (the task before it may run that long).
 START_PATIENCE_S = 30.0
 # A first connection that failed is tried again at most once per RECONNECT_EVERY_S (others get 503 meanwhile).
 RECONNECT_EVERY_S = 3.0
@@ -135,7 +136,9 @@ class DaskRunner(PoolRunner):
     kind = "dask"
     # Each worker thread has its next task waiting beside it, so it never idles through the round trip
     # between two tasks. Measured: at c = 10, /distributed/count?n=1 took 3.4x the floor's time
-    # (which submits all ten at once) with one job a thread, 1.7x with two (docs/results.md#overhead).
+    # (which submits all ten at once) with one job a thread, 1.7-2.2x with two (docs/results.md#overhead).
+    # A short task handed ahead may wait behind a long one while another worker idles, until Dask's work
+    # stealing moves it.
     ahead = 1
     timeout_outcome = "its task was cancelled and its worker process killed (its nanny starts a new one)"
     settings = (DASK_SCHEDULER, DASK_WORKERS, DASK_TLS_CA, DASK_TLS_CERT, DASK_TLS_KEY)
@@ -268,7 +271,7 @@ class DaskRunner(PoolRunner):
         return self._cluster is not None and self._cluster.withdraw(job_id)
 
     def not_started(self, job_id: int) -> LabError:
-        """No worker began the task within --job-timeout: the cluster is busy or a worker went silent."""
+        """No worker began the task within `start_timeout`: the cluster is busy or a worker went silent."""
         self.counts["not_started"] += 1
         self.on_abandoned(job_id)
         return LabError(

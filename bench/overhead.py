@@ -54,7 +54,8 @@ from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.convoy import convoy
 from bench.lib.meters import instrument_costs
 from bench.lib.results import machine_facts, new_results_dir
-from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu, own_switches, switches_since
+from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu
+from bench.lib.sizing.outside import switches_between, thread_switches
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
 PARTS = ("hops", "gil", "accept", "instruments")
@@ -185,14 +186,15 @@ def hops(
 
     def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
         (target, c), (base, pids) = item, servers[side]
-        before, switched = own_cpu(pids), own_switches(pids)
+        before, switched = own_cpu(pids), [thread_switches(pid) for pid in pids]
         batch = ab_batch(base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
-        cpu, switches = own_cpu(pids) - before, switches_since(switched, own_switches(pids))
-        per = (lambda total, scale: round(scale * total / batch.requests, 2)) if batch.requests else None
+        cpu = own_cpu(pids) - before
+        switches = sum(switches_between(was, thread_switches(pid)) for pid, was in zip(pids, switched, strict=True))
+        n = batch.requests
         return {
             "route": target.route, "path": target.path, "concurrency": c, **batch.row(),
-            "server_cpu_us": per(cpu, 1e6) if per else None,
-            "server_switches": per(switches, 1) if per else None,
+            "server_cpu_us": round(1e6 * cpu / n, 1) if n else None,
+            "server_switches": round(switches / n, 2) if n else None,
         }  # fmt: skip
 
     return alternate(items, SIDES, args.rounds, one, progress)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,6 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
-from bench.lib.servers import own_switches, switches_since
 from bench.lib.tax import gil_summary, hop_summary
 from lab import ROOT
 from tests.bench_helpers import Tracked
@@ -75,23 +71,6 @@ def test_the_hop_summary_takes_the_cpu_ratio_round_by_round_too() -> None:
     assert summary["cpu_lab_floor"] == 1.4
     assert (summary["floor_cpu_us"], summary["lab_cpu_us"]) == (300.0, 360.0)
     assert (summary["floor_switches"], summary["lab_switches"]) == (None, None)  # (rows from before they were kept)
-
-
-def test_the_switch_count_is_every_threads_and_grows_with_each_wait() -> None:
-    # A thread that sleeps 50 times is switched out at least 50 times. It is not the process's first thread,
-    # whose status file is all /proc/PID/status counts. (Read while it lives: an ended thread takes its count.)
-    counts: list[int] = []
-
-    def sleep_often() -> None:
-        start = own_switches([os.getpid()])
-        for _ in range(50):
-            time.sleep(0.001)
-        counts.append(switches_since(start, own_switches([os.getpid()])))
-
-    thread = threading.Thread(target=sleep_often)
-    thread.start()
-    thread.join(30)
-    assert counts and counts[0] >= 50
 
 
 def test_a_round_missing_a_side_has_no_ratio() -> None:

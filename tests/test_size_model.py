@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
+import psutil
 import pytest
 
 from bench.lib.sizing import answer
@@ -17,6 +22,7 @@ from bench.lib.sizing.model import (
     recommend,
     threads_throughput,
 )
+from bench.lib.sizing.outside import counters, switches_between, thread_switches
 from bench.lib.sizing.points import NEIGHBOUR, PREDICTED, SYNC_RULE, THREADS_RULE, Swept, order, sweep_points
 from bench.lib.sizing.probe import memory_of
 
@@ -187,3 +193,22 @@ def test_the_load_generator_s_cpu_on_the_same_cores_lowers_the_cores_bound() -> 
     shared = Split(cpu_ms=4.0, gil_ms=4.0, wait_ms=0.0, alone_ms=4.5, client_cpu_ms=1.0)
     assert capacity(alone, 2.0, Point(2, 4)).limits["cores"] == pytest.approx(500.0)
     assert capacity(shared, 2.0, Point(2, 4)).limits["cores"] == pytest.approx(400.0)
+
+
+def test_context_switches_are_every_threads_not_only_the_first_ones() -> None:
+    # A thread that sleeps 50 times gives up its core at least 50 times. It is not the process's first thread,
+    # whose counts are all /proc/PID/status (psutil's num_ctx_switches) has. Read while it lives: a thread that
+    # has ended takes its counts with it.
+    found: dict[str, int] = {}
+
+    def sleep_often() -> None:
+        start, totals = thread_switches(os.getpid()), counters([psutil.Process()])
+        for _ in range(50):
+            time.sleep(0.001)
+        found["between"] = switches_between(start, thread_switches(os.getpid()))
+        found["waits"] = (counters([psutil.Process()]) - totals).waits
+
+    thread = threading.Thread(target=sleep_often)
+    thread.start()
+    thread.join(30)
+    assert found["between"] >= 50 and found["waits"] >= 50, found

@@ -298,27 +298,6 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
-def own_switches(pids: Sequence[int]) -> dict[tuple[int, str], int]:
-    """Context switches so far (voluntary and not) of each live thread of these processes, by (pid, thread id).
-
-    Each thread's own count (/proc/PID/task/TID/status): the process's
-    status file counts its first thread's only.
-    """
-    counts: dict[tuple[int, str], int] = {}
-    for pid in pids:
-        for status in Path(f"/proc/{pid}/task").glob("*/status"):
-            with contextlib.suppress(OSError, ValueError):
-                lines = status.read_text().splitlines()
-                counts[pid, status.parent.name] = sum(int(line.split(":")[1]) for line in lines
-                                                      if "ctxt_switches:" in line)  # fmt: skip
-    return counts
-
-
-def switches_since(before: dict[tuple[int, str], int], after: dict[tuple[int, str], int]) -> int:
-    """The switches between two readings of own_switches, of the threads in both (one that ended took its count)."""
-    return sum(after[thread] - count for thread, count in before.items() if thread in after)
-
-
 def own_cpu(pids: Sequence[int]) -> float:
     """CPU seconds (user + system) used so far by these processes themselves, not their children."""
     total = 0.0

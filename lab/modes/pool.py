@@ -340,7 +340,8 @@ class PoolRunner:
             "kind": self.kind,
             "size": self.size,
             "running": len(since),
-            # In the gate, or handed to the executor and not begun yet (a job ahead, a thread about to take it).
+            # In the gate, or handed to the executor and not begun yet (a job ahead of a Dask worker's, a
+            # process-pool job whose start report is still on its way).
             "waiting": self.slots.waiting + len(self._running) - len(since),
             "max_pending": self.max_pending,
             "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),

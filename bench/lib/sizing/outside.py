@@ -41,18 +41,39 @@ def run_queue_s(pid: int) -> float:
     return total
 
 
+def thread_switches(pid: int) -> dict[str, tuple[int, int]]:
+    """Each live thread of `pid`'s context switches so far, voluntary and involuntary, by thread id.
+
+    Read per thread (/proc/<pid>/task/*/status): the process's own status
+    file, which psutil's num_ctx_switches reads, counts its first thread's
+    only. A thread that has ended takes its counts with it.
+    """
+    found = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines())
+                found[task.name] = (int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"]))
+    return found
+
+
+def switches_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> int:
+    """Context switches, of both kinds, between two readings of thread_switches, of the threads in both."""
+    return sum(sum(after[tid]) - sum(counts) for tid, counts in before.items() if tid in after)
+
+
 def counters(processes: Sequence[psutil.Process]) -> Counters:
-    """The processes' CPU (psutil: exited threads included), run-queue time and context switches, now."""
+    """The processes' CPU (psutil: exited threads included), run-queue time and context switches (live threads'),
+    now."""
     cpu = queue = 0.0
     switches = waits = 0
     for process in processes:
         with contextlib.suppress(psutil.Error):
-            with process.oneshot():
-                times = process.cpu_times()
-                switched = process.num_ctx_switches()
+            times = process.cpu_times()
             cpu += times.user + times.system
-            switches += switched.involuntary
-            waits += switched.voluntary
+            for voluntary, involuntary in thread_switches(process.pid).values():
+                switches += involuntary
+                waits += voluntary
             queue += run_queue_s(process.pid)
     return Counters(time.monotonic(), cpu, queue, switches, waits)
 

@@ -7,11 +7,15 @@ interpreters-pep-734 backport, or 3.14+): CI runs this file on 3.13 too.
 
 from __future__ import annotations
 
+import importlib
+import os
+import site
 import sys
 from collections.abc import Iterator
 
 import pytest
 
+from lab import ROOT
 from lab.modes.interpreters import worker as interp_worker
 from lab.modes.registry import MODES
 from tests.conftest import StartServer
@@ -116,6 +120,18 @@ def test_the_pool_s_interpreters_run_under_a_gil_of_their_own() -> None:
     assert interp_worker.gil_is_own() is False  # the main interpreter's GIL is shared by its threads
     with interp_worker.executor_class()(1) as pool:
         assert pool.submit(interp_worker.gil_is_own).result() is True
+
+
+@needs_interpreters
+def test_a_run_crosses_back_as_values_the_interpreters_share_without_pickling() -> None:
+    # A dict is not shareable: the pool would fail to share it, then pickle it there and unpickle it here.
+    shareable = importlib.import_module("_interpreters").is_shareable
+    with interp_worker.executor_class()(1, initializer=site.addsitedir, initargs=(str(ROOT),)) as pool:
+        values = pool.submit(interp_worker.run, WORKLOADS["count"].func, {"n": 10}).result()
+    assert isinstance(values, tuple) and all(shareable(value) for value in values), values
+    record = interp_worker.record_of(values)
+    assert (record["result"], record["pid"], record["io_wait"]) == (10, os.getpid(), 0.0)
+    assert record["interpreter"] > 0 and int(record["thread"]) > 0 and record["cpu"] is not None
 
 
 @needs_interpreters

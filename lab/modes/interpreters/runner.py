@@ -14,11 +14,11 @@ import asyncio
 import logging
 import site
 import threading
-from typing import Any
+from typing import Any, cast
 
 from lab import ROOT
 from lab.machine import cpu_count
-from lab.modes.interpreters.worker import executor_class, interpreter_id, run, unavailable
+from lab.modes.interpreters.worker import executor_class, interpreter_id, record_of, run, unavailable
 from lab.modes.pool import PoolRunner, pool_size
 from workloads.page.errors import Unavailable
 from workloads.registry import WORKLOADS
@@ -72,7 +72,8 @@ class InterpreterRunner(PoolRunner):
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
         try:
-            record = await super().run(workload, params)
+            # (The values of the record, as the pool's future holds them: _submit.)
+            record = record_of(cast(tuple[Any, ...], await super().run(workload, params)))
         except Exception as error:
             gone = unavailable_inside(error)
             if gone is None:
@@ -88,11 +89,13 @@ class InterpreterRunner(PoolRunner):
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         func = WORKLOADS[workload].func
+        # Its result is the record's values (worker.run), made a record again by run(): converted there, not
+        # by a callback here, which would be one more turn of the event loop a job.
         future = asyncio.get_running_loop().run_in_executor(self.executor, run, func, params, self.database)
         # The gate hands the pool no more jobs than it has interpreters, so a
         # free one takes this job now; which one, the record says afterwards.
         self._started(job_id, None)
-        return future
+        return cast(asyncio.Future[RunRecord], future)
 
     async def close(self, wait: bool = True) -> None:
         # A running interpreter cannot be stopped, like a thread; waiting lets

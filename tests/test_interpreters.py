@@ -21,6 +21,7 @@ from lab.modes.registry import MODES
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, pool_stats
+from tests.procs import schedstat_files_open
 from workloads.registry import WORKLOADS
 
 MODE = MODES["interpreters"]
@@ -132,6 +133,18 @@ def test_a_run_crosses_back_as_values_the_interpreters_share_without_pickling() 
     record = interp_worker.record_of(values)
     assert (record["result"], record["pid"], record["io_wait"]) == (10, os.getpid(), 0.0)
     assert record["interpreter"] > 0 and int(record["thread"]) > 0 and record["cpu"] is not None
+
+
+@needs_interpreters
+def test_a_sub_interpreter_keeps_its_thread_s_schedstat_file_between_jobs() -> None:
+    # Each job enters the interpreter on a new thread state, so a threading.local there is new at every job:
+    # kept in one, the file was closed as each job ended and opened again by the next.
+    count = WORKLOADS["count"].func
+    with interp_worker.executor_class()(1, initializer=site.addsitedir, initargs=(str(ROOT),)) as pool:
+        records = [interp_worker.record_of(pool.submit(interp_worker.run, count, {"n": 10}).result()) for _ in "ab"]
+        thread = int(records[0]["thread"])  # (its native id: the interpreter does not know the pool's names)
+        assert records[1]["thread"] == records[0]["thread"] and schedstat_files_open(thread) == 1
+    assert all(record["core_wait"] is not None for record in records)
 
 
 @needs_interpreters

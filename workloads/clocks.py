@@ -144,6 +144,32 @@ def thread_core_wait() -> float | None:
     return None if stat is None else stat[1]
 
 
+class _InterpreterThread:
+    """The schedstat file of the thread that runs this interpreter's jobs, kept in the module, not per thread.
+
+    A sub-interpreter of the interpreters pool is entered on a new thread
+    state at every job, so a threading.local there is new each time: kept in
+    one, the file was opened and closed at every job. Each of the pool's
+    interpreters runs on its one pool thread; should another thread ever run
+    in it, that thread gets a file of its own.
+    """
+
+    def __init__(self) -> None:
+        self._thread: int | None = None
+        self._file: _KeptSchedstat | None = None
+
+    def core_wait(self) -> float | None:
+        thread = threading.get_native_id()
+        if self._thread != thread:
+            self._thread, self._file = thread, None
+            try:
+                self._file = _KeptSchedstat()
+            except OSError:
+                return None
+        stat = self._file.read() if self._file is not None else None
+        return None if stat is None else stat[1]
+
+
 def threads_schedstat(tasks: str = TASKS) -> dict[str, tuple[float, float]] | None:
     """On-CPU and run-queue seconds so far of each live thread of this process (or the one whose `tasks`
     folder, /proc/PID/task, is given), by thread id."""
@@ -230,6 +256,8 @@ class Clocks:
     # Whether other threads take the GIL the job runs under (the event loop's, a thread pool's, a Dask
     # worker's: its event loop and GIL meter are threads of that process), so its blocked time can be the GIL.
     shared_gil: bool = True
+    # The name the record gives the thread that ran the job.
+    thread_name: Callable[[], str] = lambda: threading.current_thread().name
 
 
 THREAD = Clocks(time.thread_time, thread_core_wait)
@@ -237,7 +265,14 @@ THREAD = Clocks(time.thread_time, thread_core_wait)
 # computes there (its parent watcher wakes for microseconds every half second: lab/procs.py).
 PROCESS = Clocks(time.process_time, process_core_wait, shared_gil=False)
 # A thread alone in an interpreter with a GIL of its own (a sub-interpreter of the interpreters pool).
-OWN_GIL_THREAD = Clocks(time.thread_time, thread_core_wait, shared_gil=False)
+# Its thread is named by its native id: the interpreter does not know the pool's thread by name, and
+# threading.current_thread() there would make a stand-in Thread at every job (the runner puts the name back).
+OWN_GIL_THREAD = Clocks(
+    time.thread_time,
+    _InterpreterThread().core_wait,
+    shared_gil=False,
+    thread_name=lambda: str(threading.get_native_id()),
+)
 
 
 def blocked_time(run: float, cpu: float, core_wait: float | None, io_wait: float = 0.0) -> float | None:

@@ -67,7 +67,15 @@ def time_call(func: Callable[..., Any], params: dict[str, Any], *, clocks: Clock
     blocked = blocked_time(finished - started, cpu, core_wait, waits.total)
     gil_wait = gil_part(blocked, clocks.shared_gil)
     return _record(
-        result, started, finished, cpu=cpu, core_wait=core_wait, io_wait=waits.total, blocked=blocked, gil_wait=gil_wait
+        result,
+        started,
+        finished,
+        cpu=cpu,
+        core_wait=core_wait,
+        io_wait=waits.total,
+        blocked=blocked,
+        gil_wait=gil_wait,
+        thread=clocks.thread_name(),
     )
 
 
@@ -112,12 +120,14 @@ def _record(
     io_wait: float,
     blocked: float | None,
     gil_wait: float | None,
+    thread: str | None = None,
 ) -> RunRecord:
-    """The record of a run on this process and thread, built here for every kind of run."""
+    """The record of a run on this process and thread (`thread`: its name, by default threading's), built here
+    for every kind of run."""
     return {
         "result": result,
         "pid": os.getpid(),
-        "thread": threading.current_thread().name,
+        "thread": threading.current_thread().name if thread is None else thread,
         "started": started,
         "finished": finished,
         "cpu": cpu,

@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib
 import platform
 import sys
-import threading
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cache
 from typing import Any, cast
 
-from workloads.clocks import OWN_GIL_THREAD, THREAD
+from workloads.clocks import OWN_GIL_THREAD, Clocks
 from workloads.page import database
 from workloads.timing import RunRecord, time_call
 
@@ -106,6 +106,13 @@ def record_of(values: tuple[Any, ...]) -> RunRecord:
     return cast(RunRecord, dict(zip(FIELDS, values, strict=True)))
 
 
+@cache
+def _clocks() -> Clocks:
+    """This interpreter's thread's clocks: OWN_GIL_THREAD's (its thread named by its native id, as this
+    interpreter knows it), its GIL shared if the interpreter shares the main one's."""
+    return OWN_GIL_THREAD if gil_is_own() else replace(OWN_GIL_THREAD, shared_gil=True)
+
+
 def run(func: Callable[..., Any], params: dict[str, Any], database_url: str | None = None) -> tuple[Any, ...]:
     """Run one workload here, in a sub-interpreter, timed on this thread; `page` queries `database_url`.
 
@@ -118,8 +125,7 @@ def run(func: Callable[..., Any], params: dict[str, Any], database_url: str | No
     the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
     database.use(database_url)
-    record = time_call(func, params, clocks=OWN_GIL_THREAD if gil_is_own() else THREAD)
-    record["thread"] = str(threading.get_native_id())
+    record = time_call(func, params, clocks=_clocks())
     record["interpreter"] = interpreter_id()
     fields = cast(dict[str, Any], record)
     return tuple(fields[name] for name in FIELDS)

@@ -1,7 +1,8 @@
 """The GIL meter: how contended this process's GIL is, 0-1 (whether there is a GIL at all: workloads/clocks.py).
 
-gilknocker runs a thread of its own that, for a few milliseconds at a time,
-keeps asking for the GIL and times how long each ask waits: the share of its
+gilknocker runs a thread of its own, which starts a sampling thread (a new OS
+thread for each sample) that, for a few milliseconds at a time, keeps asking
+for the GIL and times how long each ask waits: the share of its
 sampling time spent waiting is the contention: near 1 while threads take
 turns on pure-Python code, near 0 while they run code that releases the GIL
 (numpy's matmul) or nothing runs at all.

@@ -23,6 +23,7 @@ from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_
 from tests.lab_server import LabServer, copies, get, get_many, pool_stats
 from tests.procs import schedstat_files_open
 from workloads.registry import WORKLOADS
+from workloads.timing import RunRecord
 
 MODE = MODES["interpreters"]
 AVAILABLE = interp_worker.unavailable() is None
@@ -133,6 +134,24 @@ def test_a_run_crosses_back_as_values_the_interpreters_share_without_pickling() 
     record = interp_worker.record_of(values)
     assert (record["result"], record["pid"], record["io_wait"]) == (10, os.getpid(), 0.0)
     assert record["interpreter"] > 0 and int(record["thread"]) > 0 and record["cpu"] is not None
+
+
+def test_a_run_s_values_are_every_field_of_its_record() -> None:
+    assert set(interp_worker.FIELDS) == set(RunRecord.__annotations__) - {"address"}  # (a Dask worker's only)
+
+
+@needs_interpreters
+def test_a_result_the_interpreters_cannot_share_comes_back_as_the_whole_record() -> None:
+    # An int past 64 bits in a tuple makes the pool's sharing raise OverflowError, which it does not catch: the
+    # job's answer would never come. A dict (a page's) cannot be shared at all and is pickled.
+    pool = interp_worker.executor_class()(1, initializer=site.addsitedir, initargs=(str(ROOT),))
+    try:
+        big = pool.submit(interp_worker.run, pow, {"base": 2, "exp": 63}).result(timeout=30)
+        small = pool.submit(interp_worker.run, pow, {"base": 2, "exp": 62}).result(timeout=30)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    assert isinstance(big, dict) and isinstance(small, tuple)
+    assert interp_worker.record_of(big)["result"] == 2**63 and interp_worker.record_of(small)["result"] == 2**62
 
 
 @needs_interpreters

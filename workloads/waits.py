@@ -65,7 +65,8 @@ class counting:
 
 @contextmanager
 def waiting(expected: float | None = None) -> Iterator[None]:
-    """Count the block's wall time as waiting on purpose, less what of it the run spent computing or queueing.
+    """Count the block as waiting on purpose: a sleep that ends, the seconds it asked for; any other wait, its
+    wall time less what of it the run spent computing or queueing.
 
     `expected`: how long the wait was asked to last (a sleep's seconds). A
     sleep that ends has lasted at least that (the kernel never wakes one

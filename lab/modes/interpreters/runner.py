@@ -72,8 +72,8 @@ class InterpreterRunner(PoolRunner):
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
         try:
-            # (The values of the record, as the pool's future holds them: _submit.)
-            record = record_of(cast(tuple[Any, ...], await super().run(workload, params)))
+            # (The record's values, or the record, as the pool's future holds them: _submit.)
+            record = record_of(await super().run(workload, params))
         except Exception as error:
             gone = unavailable_inside(error)
             if gone is None:

@@ -101,8 +101,16 @@ FIELDS = ("result", "pid", "thread", "started", "finished", "cpu", "core_wait", 
           "interpreter")  # fmt: skip
 
 
-def record_of(values: tuple[Any, ...]) -> RunRecord:
-    """The record `run` sent, from its values (FIELDS)."""
+# Results the pool shares as they are. An int is shared only within 64 bits: past that the pool's attempt
+# raises OverflowError, which it does not catch, and the job's answer never comes (the backport, on 3.13).
+_SHARED_AS_IS = (type(None), bool, float, str)
+_INT64 = range(-(2**63), 2**63)
+
+
+def record_of(values: tuple[Any, ...] | RunRecord) -> RunRecord:
+    """The record `run` sent: from its values (FIELDS), or as it is where `run` sent the record itself."""
+    if isinstance(values, dict):
+        return values
     return cast(RunRecord, dict(zip(FIELDS, values, strict=True)))
 
 
@@ -113,11 +121,15 @@ def _clocks() -> Clocks:
     return OWN_GIL_THREAD if gil_is_own() else replace(OWN_GIL_THREAD, shared_gil=True)
 
 
-def run(func: Callable[..., Any], params: dict[str, Any], database_url: str | None = None) -> tuple[Any, ...]:
+def run(
+    func: Callable[..., Any], params: dict[str, Any], database_url: str | None = None
+) -> tuple[Any, ...] | RunRecord:
     """Run one workload here, in a sub-interpreter, timed on this thread; `page` queries `database_url`.
 
     Returns the record's values in FIELDS' order (record_of makes it a record
-    again). The interpreter opens its own connection on its first page (each
+    again), or, for a result the interpreters cannot share as it is (a
+    dict, an int past 64 bits), the record itself, which the pool pickles.
+    The interpreter opens its own connection on its first page (each
     interpreter has its own modules, so its own database object).
 
     `func` arrives pickled by reference and is imported here. The thread is
@@ -127,5 +139,8 @@ def run(func: Callable[..., Any], params: dict[str, Any], database_url: str | No
     database.use(database_url)
     record = time_call(func, params, clocks=_clocks())
     record["interpreter"] = interpreter_id()
+    result = record["result"]
+    if not (isinstance(result, _SHARED_AS_IS) or (type(result) is int and result in _INT64)):
+        return record
     fields = cast(dict[str, Any], record)
     return tuple(fields[name] for name in FIELDS)

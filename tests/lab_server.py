@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +22,13 @@ import psutil
 
 from bench.lib.servers import SERVING, all_serving
 from lab import ROOT, loopback
+from lab.database import PREFIX as PAGE_PREFIX
+from lab.modes.distributed.cluster import SCRATCH_PREFIX as DASK_PREFIX
+from lab.scratch import sweep
 from tests.procs import STALL_S, Watch, wait_for
+
+# The folders a server makes in the temporary directory, each named for its pid (lab/scratch.py).
+SCRATCH_PREFIXES = (PAGE_PREFIX, DASK_PREFIX)
 
 # `python -c LIMITED N ARGV...`: RLIMIT_NOFILE N (soft and hard), then exec python ARGV (the same process).
 LIMITED = (
@@ -238,6 +245,10 @@ class LabServer:
             self.process.kill()
             self.process.wait(10)
         self._log.close()
+        # Killed outright, a server cannot remove its folders in the temporary directory: swept here, as the next
+        # server to start would sweep them (lab/scratch.py), so that the suite's last one leaves none behind.
+        for prefix in SCRATCH_PREFIXES:
+            sweep(tempfile.gettempdir(), prefix)
 
     def stop(self) -> None:
         self.terminate()

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -229,6 +230,14 @@ def test_sqlite_times_its_count_before_its_first_query(page_database: str) -> No
     assert time.thread_time() - start < 1.0
     assert db.rate is not None and db.rate > 0
     db.close()
+
+
+def test_a_test_server_killed_outright_leaves_no_folder_behind(tmp_path: Path) -> None:
+    lab = LabServer([], tmp_path / "server.log").start()
+    folders = list(Path(tempfile.gettempdir()).glob(f"lab-page-{lab.pid}-*"))
+    assert len(folders) == 1  # its SQLite database's
+    lab.cleanup()  # killed, as the start_server fixture kills what it started: no stop() of its own
+    assert not folders[0].exists()
 
 
 @pytest.mark.parametrize("prefix", ["lab-page-", "lab-dask-"])  # its SQLite file; its Dask cluster's folder

@@ -104,3 +104,41 @@ def test_a_start_reported_as_the_start_deadline_fell_is_a_start() -> None:
     runner = _Runs(_works_a_second, job_timeout=2.0, started_after=0.05, start_timeout=0.1)
     assert _run(runner, hold=(0.01, 0.6)) == "done"
     assert runner.counts["timed_out"] == 0
+
+
+class _LazyRuns(_Runs):
+    """A pool whose workers' start reports are read only when the runner asks (a process pool's, lazy_starts):
+    each says the job began when it was handed over."""
+
+    lazy_starts = True
+
+    def __init__(self, work: Callable[[], Any], job_timeout: float) -> None:
+        super().__init__(work, job_timeout)
+        self.unread: list[tuple[int, float]] = []
+        self.reads = 0
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        self.unread.append((job_id, time.time()))
+        return asyncio.get_running_loop().run_in_executor(self.executor, self.work)
+
+    def _refresh_starts(self) -> None:
+        self.reads += 1
+        for job_id, at in self.unread:
+            self._started(job_id, None, at)
+        self.unread.clear()
+
+
+def test_a_start_read_late_counts_from_when_the_worker_began() -> None:
+    # Nothing reports the start until the deadline is checked, at --job-timeout after the hand-over at the
+    # earliest; the report says the job began then, so its deadline has fallen: a 504, not another 0.2 s.
+    runner = _LazyRuns(lambda: time.sleep(1.0), job_timeout=0.2)
+    with pytest.raises(LabError) as error:
+        _run(runner)
+    assert error.value.status_code == 504
+    assert runner.reads == 1
+
+
+def test_a_start_read_lazily_still_gets_its_whole_timeout() -> None:
+    runner = _LazyRuns(_works_a_moment, job_timeout=0.5)
+    assert _run(runner) == "done"
+    assert runner.counts["timed_out"] == 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import multiprocessing
 import os
 import subprocess
+import termios
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -91,20 +94,41 @@ def test_a_pool_worker_whose_server_died_before_it_started_watching_stops(server
 
 def test_the_servers_reads_take_every_start_record_whole() -> None:
     runner = ProcessRunner("processing", 2, 4, 60.0)
-    seen: list[tuple[int, int | str | None]] = []
-    runner._started = lambda job_id, worker: seen.append((job_id, worker))  # type: ignore[method-assign]
+    seen: list[tuple[int, int | str | None, float | None]] = []
+    runner._started = lambda job_id, worker, at=None: seen.append((job_id, worker, at))  # type: ignore[method-assign]
     reader, writer = os.pipe()
     os.set_blocking(reader, False)
     try:
-        sent = [(job, 1000 + job % 7) for job in range(STARTS_PER_READ + 10)]
-        for job, pid in sent:  # as workers write them: one record a write
-            os.write(writer, START.pack(job, pid))
-        runner._drain_started(reader)
+        sent = [(job, 1000 + job % 7, 1e9 + job / 8) for job in range(STARTS_PER_READ + 10)]
+        for record in sent:  # as workers write them: one record a write
+            os.write(writer, START.pack(*record))
+        assert runner._drain_started(reader)  # a whole read's worth: more may wait
         assert seen == sent[:STARTS_PER_READ]  # whole records only, and no more than one read's worth
-        runner._drain_started(reader)  # the loop calls again while the pipe has more
+        assert not runner._drain_started(reader)  # the rest
         assert seen == sent
-        runner._drain_started(reader)  # nothing waiting: nothing read, nothing raised
+        assert not runner._drain_started(reader)  # nothing waiting: nothing read, nothing raised
         assert seen == sent
     finally:
         os.close(reader)
         os.close(writer)
+
+
+def test_start_reports_read_lazily_never_fill_the_pipe() -> None:
+    # Nothing wakes the server for a start report (lab/modes/pool.py's lazy_starts): the runner reads them at least
+    # once every STARTS_PER_READ jobs handed over, so a long run of jobs that nobody times or looks at in /stats
+    # never leaves more than that many in the pipe (at 2,730 a worker's report would block, and the pool with it).
+    async def main() -> int:
+        runner = ProcessRunner("processing", 1, 4, 60.0)
+        await runner.start()
+        try:
+            most = 0
+            for _ in range(STARTS_PER_READ * 2 + 50):
+                await runner.run("count", {"n": 1})
+                assert runner._pipe is not None
+                waiting = fcntl.ioctl(runner._pipe[0].fileno(), termios.FIONREAD, b"\0\0\0\0")
+                most = max(most, int.from_bytes(waiting, "little"))
+            return most
+        finally:
+            await runner.close()
+
+    assert asyncio.run(main()) <= STARTS_PER_READ * START.size

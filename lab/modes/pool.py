@@ -103,14 +103,19 @@ class Slots:
 
 
 class _PastDeadline(Exception):
-    """A pool job's deadline fell before it ended (PoolRunner._within_deadline)."""
+    """A pool job's deadline fell before it ended (PoolRunner._check_deadlines)."""
 
 
 @dataclass
 class _Job:
-    """A job handed to an executor; `started` resolves when a worker really begins it."""
+    """A job handed to an executor: `started` resolves when a worker really begins it, `outcome` when the job
+    ends (its result) or its deadline falls first (_PastDeadline); the request awaits `outcome`."""
 
     started: asyncio.Future[float]
+    outcome: asyncio.Future[RunRecord]
+    handed: float  # the loop's clock when it was handed over
+    began: float | None = None  # the loop's clock when its start was reported
+    future: asyncio.Future[RunRecord] | None = None  # the executor's, once submitted
     worker: int | str | None = None
 
 
@@ -137,6 +142,9 @@ class PoolRunner:
     # hand-off takes microseconds. A cluster's takes a round trip (the result back through its scheduler, the
     # next task out through it: milliseconds), which its worker would spend idle, one job at a time.
     ahead: ClassVar[int] = 0
+    # Whether its workers' start reports wait to be read until something needs them (a deadline to check,
+    # /stats, every so many jobs) rather than wake the event loop each: `_refresh_starts` reads them.
+    lazy_starts: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,6 +162,7 @@ class PoolRunner:
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
+        self._watchdog: asyncio.TimerHandle | None = None  # falls at the earliest deadline of a running job
         # Where `page` queries (config.database), for pools whose workers open their own connections.
         self.database: str | None = None
 
@@ -180,7 +189,7 @@ class PoolRunner:
             raise
         job_id, record, job = self._hand_over(workload, params)
         try:
-            return await self._within_deadline(job, record)
+            return await record.outcome
         except _PastDeadline:
             if not record.started.done():
                 raise self.not_started(job_id) from None
@@ -208,46 +217,50 @@ class PoolRunner:
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
 
-    async def _within_deadline(self, job: asyncio.Future[RunRecord], record: _Job) -> RunRecord:
-        """The job's result, or _PastDeadline: --job-timeout counts from when a worker starts it (a worker
-        still starting up, a replaced pool, is not the job's fault), and until then a cluster's start_timeout.
+    def _deadline(self, job: _Job) -> float | None:
+        """When `job`'s deadline falls, on the loop's clock: --job-timeout from its start (a worker still
+        starting up, a replaced pool, is not the job's fault); until then a cluster's start_timeout; else none."""
+        if job.began is not None:
+            return job.began + self.job_timeout
+        if self.lazy_starts:
+            return job.handed + self.job_timeout  # the earliest it can fall: a start not read yet came after this
+        return None if self.start_timeout is None else job.handed + self.start_timeout
 
-        One deadline, moved when the start is reported, rather than a wait for
-        either future and then a second wait: each is one more turn of the loop
-        per job, and under GIL load each turn waits.
+    def _watch(self, deadline: float | None) -> None:
+        """The watchdog falls at the earliest deadline: armed for `deadline` unless armed for one before it.
+
+        One timer for the whole pool, not one a job: a job's own (an asyncio.timeout, and a shield between it
+        and the job) cost each request a timer made and cancelled and two futures more, about a tenth of a
+        /threading request's CPU at ten clients (docs/results.md#overhead).
         """
-        loop = asyncio.get_running_loop()
-        waiting = True
-        moved = False  # to --job-timeout after the start
+        if deadline is None or (self._watchdog is not None and self._watchdog.when() <= deadline):
+            return
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = asyncio.get_running_loop().call_at(deadline, self._check_deadlines)
 
-        def begun(_: object) -> None:
-            nonlocal moved
-            if waiting and not deadline.expired():
-                deadline.reschedule(loop.time() + self.job_timeout)
-                moved = True
+    def _check_deadlines(self) -> None:
+        """Every job whose deadline has fallen gets _PastDeadline; then the watchdog waits for the next one.
 
-        try:
-            async with asyncio.timeout(None) as deadline:
-                if record.started.done():
-                    begun(record.started)
-                else:
-                    if self.start_timeout is not None:
-                        deadline.reschedule(loop.time() + self.start_timeout)
-                    record.started.add_done_callback(begun)
-                # Shielded: the deadline stops the wait, not the job, which holds its slot until it has ended.
-                return await asyncio.shield(job)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the job's own, not the deadline's
-        finally:
-            waiting = False  # a start reported after this moves no deadline
-        # The deadline fell. A job that ended as it fell, or a start that came as the start deadline fell, was
-        # on time: the loop learned of them late (a /blocking run held it through both).
-        if record.started.done() and not moved and not job.done():
-            await asyncio.wait([job], timeout=self.job_timeout)
-        if job.done():
-            return job.result()
-        raise _PastDeadline
+        What the loop learned in the same turn counts first: a job that ended as its deadline fell, or a start
+        reported as its start deadline fell (a /blocking run held the loop through both), was on time.
+        """
+        self._refresh_starts()  # (a start read here moves no watchdog: this one is falling)
+        self._watchdog = None
+        now = asyncio.get_running_loop().time()
+        upcoming = []
+        for job in self._running.values():
+            deadline = self._deadline(job)
+            if deadline is None or job.outcome.done() or (job.future is not None and job.future.done()):
+                continue
+            if job.began is None and self.lazy_starts:
+                upcoming.append(now + self.job_timeout)  # not begun by now: its deadline is that far at least
+            elif deadline <= now:
+                job.outcome.set_exception(_PastDeadline())
+            else:
+                upcoming.append(deadline)
+        if upcoming:
+            self._watch(min(upcoming))
 
     def _admit(self) -> None:
         """A 503 if every worker has a job and --max-pending jobs wait already (in the gate, or handed ahead)."""
@@ -265,20 +278,31 @@ class PoolRunner:
     def _hand_over(self, workload: str, params: dict[str, Any]) -> tuple[int, _Job, asyncio.Future[RunRecord]]:
         """Submit a job that holds a slot: its id, its record, and the future of its result."""
         job_id = next(self._job_ids)
-        record = self._running[job_id] = _Job(asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        record = self._running[job_id] = _Job(loop.create_future(), loop.create_future(), loop.time())
         try:
-            job = self._submit(job_id, workload, params)
+            job = record.future = self._submit(job_id, workload, params)
         except BaseException:
             del self._running[job_id]
             self.slots.release()
             raise
         self.counts["submitted"] += 1
+        self._watch(self._deadline(record))
 
         def ended(_: object) -> None:
             # The slot frees when the job has really ended, not when its
             # client stopped waiting: a timed-out thread still holds a core.
-            if not job.cancelled():
-                job.exception()  # mark it retrieved; a waiting client still gets it
+            outcome = record.outcome
+            if job.cancelled():
+                outcome.cancel()  # (the executor dropped it: its pool was replaced)
+            else:
+                error = job.exception()  # (marks it retrieved, whether or not a client still waits)
+                if outcome.done():
+                    pass  # its deadline fell first, or its client left
+                elif error is not None:
+                    outcome.set_exception(error)
+                else:
+                    outcome.set_result(job.result())
             del self._running[job_id]
             self.slots.release()
 
@@ -292,13 +316,21 @@ class PoolRunner:
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         raise NotImplementedError
 
-    def _started(self, job_id: int, worker: int | str | None) -> None:
-        """A worker (pid or thread; None: not known yet) has begun job `job_id`: its deadline starts now."""
+    def _started(self, job_id: int, worker: int | str | None, at: float | None = None) -> None:
+        """A worker (pid or thread; None: not known yet) has begun job `job_id`, at `at` (the wall clock; None:
+        now): its deadline counts from then."""
         job = self._running.get(job_id)
         if job is not None and not job.started.done():
             if worker is not None:  # (None: not known yet; a thread may have written its name itself)
                 job.worker = worker
-            job.started.set_result(time.time())
+            now = time.time()
+            began = now if at is None else min(at, now)
+            job.started.set_result(began)
+            job.began = asyncio.get_running_loop().time() - (now - began)
+            self._watch(self._deadline(job))
+
+    def _refresh_starts(self) -> None:
+        """Read the start reports waiting, where they are read lazily (`lazy_starts`)."""
 
     def overran(self, job_id: int, workload: str) -> LabError:
         """The answer to a job past its deadline (a 504), after `on_timeout` has dealt with its worker."""
@@ -333,6 +365,7 @@ class PoolRunner:
         return None if self.size_setting is None else f"{self.size_setting.name.replace('_', ' ')} {self.size}"
 
     def snapshot(self) -> dict[str, Any]:
+        self._refresh_starts()
         now = time.time()
         jobs = self._running.values()
         since = [job.started.result() for job in jobs if job.started.done()]

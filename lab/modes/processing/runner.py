@@ -24,7 +24,8 @@ from workloads.timing import RunRecord
 log = logging.getLogger(__name__)
 
 
-# Start records read at most at once (lab/modes/processing/worker.py's START).
+# Start records read at most at once (lab/modes/processing/worker.py's START); the server reads them at least
+# once every so many jobs handed over, so that the pipe (64 KiB: 2,730 records) never fills and stops a worker.
 STARTS_PER_READ = 256
 
 PROCESS_POOL = pool_size(
@@ -38,11 +39,15 @@ class ProcessRunner(PoolRunner):
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
     size_setting = PROCESS_POOL
+    # A start report that woke the event loop was one more wake-up a job, and two context switches, for news
+    # nothing reads until a deadline is checked or /stats asked (docs/results.md#overhead).
+    lazy_starts = True
 
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(mode, size, max_pending, job_timeout)
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
+        self._unread = 0  # jobs handed over since the start reports were last read
         self._warming: asyncio.Task[None] | None = None
 
     def _new_executor(self) -> ProcessPoolExecutor:
@@ -53,28 +58,34 @@ class ProcessRunner(PoolRunner):
         reader, writer = context.Pipe(duplex=False)
         self._pipe = (reader, writer)
         os.set_blocking(reader.fileno(), False)
-        asyncio.get_running_loop().add_reader(reader.fileno(), self._drain_started, reader.fileno())
         return ProcessPoolExecutor(
             self.size, mp_context=context, initializer=init_pool_worker, initargs=(writer, os.getpid(), self.database)
         )
 
-    def _drain_started(self, reader: int) -> None:
-        # One read for every record waiting (a multiple of their size: whole records only); more than that
-        # many waiting, the loop calls again. The server holds the writing end too: no end of file.
+    def _refresh_starts(self) -> None:
+        self._unread = 0
+        if self._pipe is not None:
+            while self._drain_started(self._pipe[0].fileno()):
+                pass
+
+    def _drain_started(self, reader: int) -> bool:
+        """One read of the start records waiting (a multiple of their size: whole records only, at most
+        STARTS_PER_READ); True if it read that many, and more may wait. The server holds the writing end too:
+        no end of file."""
         try:
             records = os.read(reader, START.size * STARTS_PER_READ)
         except BlockingIOError:
-            return
+            return False
         whole = len(records) - len(records) % START.size
         if whole != len(records):  # (never from these workers: a worker of other code, spawned after an update)
             log.warning("ignored %d bytes on the process pool's start pipe", len(records) - whole)
-        for job_id, pid in START.iter_unpack(records[:whole]):
-            self._started(job_id, pid)
+        for job_id, pid, at in START.iter_unpack(records[:whole]):
+            self._started(job_id, pid, at)
+        return len(records) == START.size * STARTS_PER_READ
 
     def _close_pipe(self) -> None:
         if self._pipe is not None:
             reader, writer = self._pipe
-            asyncio.get_running_loop().remove_reader(reader.fileno())
             reader.close()
             writer.close()
             self._pipe = None
@@ -91,6 +102,9 @@ class ProcessRunner(PoolRunner):
         log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        self._unread += 1
+        if self._unread >= STARTS_PER_READ:
+            self._refresh_starts()
         loop = asyncio.get_running_loop()
         try:
             return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)

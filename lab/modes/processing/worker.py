@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import struct
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -16,9 +17,10 @@ from workloads.timing import RunRecord
 
 _started: Connection | None = None
 
-# What a worker writes when it takes a job: (job id, its pid), 16 bytes. Under PIPE_BUF, so one write is atomic
-# even with every worker writing to the one pipe, and the server reads whole records (lab/modes/processing/runner.py).
-START = struct.Struct("<qq")
+# What a worker writes when it takes a job: (job id, its pid, when: the wall clock), 24 bytes. Under PIPE_BUF, so
+# one write is atomic even with every worker writing to the one pipe, and the server reads whole records
+# (lab/modes/processing/runner.py), when it needs them: the time it reads one is not the job's start.
+START = struct.Struct("<qqd")
 
 
 def init_pool_worker(started: Connection, server: int, database_url: str | None) -> None:
@@ -48,12 +50,13 @@ def warm_pool_worker() -> int:
 def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
     """Tell the server which worker took job `job_id`, then run it.
 
-    The server starts the job's --job-timeout clock on this message (not
+    The server counts the job's --job-timeout from the time in this message (not
     while the job waits for a worker still starting up), shows the pid as busy
     in /stats, and kills that worker if the job outlives its deadline. One
-    system call: a START record written straight to the pipe's descriptor.
+    system call: a START record written straight to the pipe's descriptor,
+    which the server reads when it needs it, without waking for it.
     """
     if _started is not None:
-        os.write(_started.fileno(), START.pack(job_id, os.getpid()))
+        os.write(_started.fileno(), START.pack(job_id, os.getpid(), time.time()))
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.
     return run_timed(name, params, PROCESS)

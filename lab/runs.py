@@ -118,7 +118,9 @@ class KnownRuns:
 
 
 def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
+    """Milliseconds to the microsecond: round(seconds * 1000, 3), without round()'s decimal digits, which
+    cost three times as much, eight times an envelope."""
+    return round(seconds * 1e6) / 1000
 
 
 def _ms_or_none(seconds: float | None) -> float | None:

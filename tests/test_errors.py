@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from lab.web.json_handler import to_json
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.inproc import InProcessLab
@@ -44,3 +47,15 @@ def test_debug_puts_the_traceback_in_error_bodies(start_server: StartServer) -> 
     body = get(f"{lab.url}/blocking?n=abc").json()["error"]
     assert body["status"] == 400
     assert any("LabError" in line for line in body["traceback"])
+
+
+def test_every_json_answer_is_written_by_one_encoder_that_takes_what_orjson_refuses() -> None:
+    # orjson writes the answers; what it refuses (an int past 64 bits, a key that is not a string) the standard
+    # library writes, so that no answer a workload can give becomes a 500.
+    body = {"result": 2**70, "params": {"n": 1}, "timing": {"received": 1795796601.1295285, "run_ms": 0.015}}
+    assert json.loads(to_json(body)) == body
+    assert json.loads(to_json({1: "a"})) == {"1": "a"}
+    assert json.loads(to_json({"t": 1795796601.1295285, "s": "</script> é"})) == {
+        "t": 1795796601.1295285,
+        "s": "</script> é",
+    }

@@ -3,7 +3,7 @@
 What a request or a tick of the server pays for each thing the lab
 measures or keeps: the clocks, a schedstat read, the core and GIL meters'
 readings, the stats board's write, the request counters, the occupancy, a
-request's life, the envelope. Each is called in a tight loop, `repeat`
+request's life, the envelope (and as JSON). Each is called in a tight loop, `repeat`
 times in turn (round-robin, so a slow moment of a shared host falls on
 all), and the median per call is kept. What microseconds do not show is
 how often a call lets go of the GIL (each system call made with it
@@ -23,6 +23,7 @@ from lab.instruments.cores import CoreMeter
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
 from lab.runs import Run, envelope
+from lab.web.json_handler import to_json
 from lab.web.lifecycle import Lifecycle
 from lab.web.occupancy import Occupancy
 from workloads.clocks import THREAD, own_threads_schedstat, thread_core_wait, threads_schedstat
@@ -81,6 +82,7 @@ def _calls(gil: GilMeter) -> dict[str, Callable[[], object]]:
         "a request's life": lambda: _life(lifecycle),
         "stats board write": lambda: board.write(0, doc),
         "envelope": lambda: envelope(run, record, received=time.time(), pid=1, task_id=None),
+        "envelope as JSON": lambda: to_json(envelope(run, record, received=time.time(), pid=1, task_id=None)),
         "timed run of count(1)": lambda: run_timed("count", {"n": 1}),
     }
 

@@ -118,7 +118,7 @@ class _LazyRuns(_Runs):
         self.reads = 0
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        self.unread.append((job_id, time.time()))
+        self.unread.append((job_id, time.monotonic()))
         return asyncio.get_running_loop().run_in_executor(self.executor, self.work)
 
     def _refresh_starts(self) -> None:
@@ -141,4 +141,33 @@ def test_a_start_read_late_counts_from_when_the_worker_began() -> None:
 def test_a_start_read_lazily_still_gets_its_whole_timeout() -> None:
     runner = _LazyRuns(_works_a_moment, job_timeout=0.5)
     assert _run(runner) == "done"
+    assert runner.counts["timed_out"] == 0
+
+
+class _ReportedATurnLate(_Runs):
+    """A cluster's pool whose start reports come a turn of the loop after their time (a Dask report's handler
+    runs once the read that brought it resumes), and whose jobs end a turn after their executor's future."""
+
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+        loop = asyncio.get_running_loop()
+        inner = loop.run_in_executor(self.executor, self.work)
+        loop.call_later(self.started_after, lambda: loop.call_soon(self._started, job_id, None))
+
+        async def a_turn_later() -> Any:
+            return await inner
+
+        return asyncio.ensure_future(a_turn_later())
+
+
+def test_a_start_reported_a_turn_after_the_start_deadline_fell_is_a_start() -> None:
+    # The loop, held from 0.01 to 0.6 s, learns in one turn of the start (at 0.05 s) and of the start deadline
+    # (0.1 s); the start's report comes the turn after the watchdog fell. The job started in time.
+    runner = _ReportedATurnLate(_works_a_second, job_timeout=2.0, started_after=0.05, start_timeout=0.1)
+    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    assert runner.counts["timed_out"] == 0
+
+
+def test_a_job_that_ended_as_its_deadline_fell_is_answered_though_its_end_comes_a_turn_later() -> None:
+    runner = _ReportedATurnLate(_works_a_moment, job_timeout=0.1)
+    assert _run(runner, hold=(0.01, 0.6)) == "done"
     assert runner.counts["timed_out"] == 0

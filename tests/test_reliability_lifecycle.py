@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tornado.iostream import IOStream
 
 from lab.errors import LabError
 from lab.instruments.stats import RequestStats
-from lab.web.lifecycle import DEPARTED_AFTER_S, ClientGone, Lifecycle, RequestLife
+from lab.web.lifecycle import ClientGone, Lifecycle, RequestLife
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
@@ -233,20 +232,3 @@ def test_the_work_a_request_awaits_is_cancelled_in_its_own_task_and_only_its_own
         return outcome
 
     assert asyncio.run(main()) == expected
-
-
-def test_a_blocking_run_asks_the_kernel_about_its_client_only_after_a_wait() -> None:
-    # A request that has just come had no time to give up: its client is not looked for (a system call on every
-    # request's path); after DEPARTED_AFTER_S, a client that has closed its end is found gone.
-    async def main() -> tuple[bool, bool]:
-        ours, theirs = socket.socketpair()
-        stream = IOStream(ours)
-        theirs.close()
-        life = Lifecycle(RequestStats(), lambda active: None).begin(stream)
-        fresh = life.departed()
-        life.received -= DEPARTED_AFTER_S
-        waited = life.departed()
-        stream.close()
-        return fresh, waited
-
-    assert asyncio.run(main()) == (False, True)

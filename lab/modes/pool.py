@@ -189,7 +189,7 @@ class PoolRunner:
             raise
         job_id, record, job = self._hand_over(workload, params)
         try:
-            return await record.outcome
+            return await self._outcome(job, record)
         except _PastDeadline:
             if not record.started.done():
                 raise self.not_started(job_id) from None
@@ -205,6 +205,8 @@ class PoolRunner:
                 retry_after=RETRY_AFTER_S,
             ) from None
         except asyncio.CancelledError:
+            if record.outcome.done() and not record.outcome.cancelled():
+                record.outcome.exception()  # settled in the turn its client left: nobody will read it
             task = asyncio.current_task()
             if not job.cancelled() or (task is not None and task.cancelling()):
                 # Our client left (lab/web/lifecycle.py). A job no worker has
@@ -216,6 +218,22 @@ class PoolRunner:
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
+
+    async def _outcome(self, job: asyncio.Future[RunRecord], record: _Job) -> RunRecord:
+        """The job's result, or _PastDeadline if its deadline fell first, as the loop knows it when this request
+        resumes: what it learned after the watchdog fell (the job's end, a start reported late: a /blocking run
+        held the loop, or a cluster's report came a turn behind) was on time, and a start now known gives
+        the job its --job-timeout from then."""
+        try:
+            return await record.outcome
+        except _PastDeadline:
+            deadline = self._deadline(record)
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if not job.done() and left is not None and left > 0:
+                await asyncio.wait([job], timeout=left)
+            if job.done():
+                return job.result()
+            raise
 
     def _deadline(self, job: _Job) -> float | None:
         """When `job`'s deadline falls, on the loop's clock: --job-timeout from its start (a worker still
@@ -317,16 +335,16 @@ class PoolRunner:
         raise NotImplementedError
 
     def _started(self, job_id: int, worker: int | str | None, at: float | None = None) -> None:
-        """A worker (pid or thread; None: not known yet) has begun job `job_id`, at `at` (the wall clock; None:
-        now): its deadline counts from then."""
+        """A worker (pid or thread; None: not known yet) has begun job `job_id`, at `at` (time.monotonic(),
+        which on Linux is the same clock in every process, and the event loop's; None: now): its deadline counts
+        from then."""
         job = self._running.get(job_id)
         if job is not None and not job.started.done():
             if worker is not None:  # (None: not known yet; a thread may have written its name itself)
                 job.worker = worker
-            now = time.time()
-            began = now if at is None else min(at, now)
-            job.started.set_result(began)
-            job.began = asyncio.get_running_loop().time() - (now - began)
+            now = asyncio.get_running_loop().time()
+            job.began = now if at is None else min(at, now)
+            job.started.set_result(time.time() - (now - job.began))
             self._watch(self._deadline(job))
 
     def _refresh_starts(self) -> None:

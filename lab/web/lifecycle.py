@@ -37,9 +37,6 @@ T = TypeVar("T")
 
 # A look at what the kernel holds for a connection, without taking it or waiting (one flag set, made once).
 PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
-# How long a request must have waited before a blocking run looks whether its client is still there: one that
-# waited less had no time to give up, and the look is a system call on every request's path.
-DEPARTED_AFTER_S = 0.01
 
 
 class ClientGone(Exception):
@@ -179,13 +176,12 @@ class RequestLife:
         A request queued behind a blocking run is read before the loop gets to
         see its connection's end; the kernel has it: a FIN (nothing left to
         read) or a reset. A client that sent more (a pipelined request) is
-        taken to be there, and so is one whose request came less than
-        DEPARTED_AFTER_S ago (the kernel is not asked).
+        taken to be there.
         """
         stream = self._connection
         if self.stage is Stage.CLIENT_GONE or (isinstance(stream, IOStream) and stream.closed()):
             return True
-        if not isinstance(stream, IOStream) or time.time() - self.received < DEPARTED_AFTER_S:
+        if not isinstance(stream, IOStream):
             return False
         try:
             return stream.socket.recv(1, PEEK) == b""

@@ -17,9 +17,10 @@ from workloads.timing import RunRecord
 
 _started: Connection | None = None
 
-# What a worker writes when it takes a job: (job id, its pid, when: the wall clock), 24 bytes. Under PIPE_BUF, so
-# one write is atomic even with every worker writing to the one pipe, and the server reads whole records
-# (lab/modes/processing/runner.py), when it needs them: the time it reads one is not the job's start.
+# What a worker writes when it takes a job: (job id, its pid, when: time.monotonic(), the clock of the server's
+# event loop), 24 bytes. Under PIPE_BUF, so one write is atomic even with every worker writing to the one pipe,
+# and the server reads whole records (lab/modes/processing/runner.py), when it needs them: the time it reads one
+# is not the job's start.
 START = struct.Struct("<qqd")
 
 
@@ -57,6 +58,6 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
     which the server reads when it needs it, without waking for it.
     """
     if _started is not None:
-        os.write(_started.fileno(), START.pack(job_id, os.getpid(), time.time()))
+        os.write(_started.fileno(), START.pack(job_id, os.getpid(), time.monotonic()))
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.
     return run_timed(name, params, PROCESS)

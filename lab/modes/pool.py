@@ -220,10 +220,9 @@ class PoolRunner:
             ) from None
 
     async def _outcome(self, job: asyncio.Future[RunRecord], record: _Job) -> RunRecord:
-        """The job's result, or _PastDeadline if its deadline fell first, as the loop knows it when this request
-        resumes: what it learned after the watchdog fell (the job's end, a start reported late: a /blocking run
-        held the loop, or a cluster's report came a turn behind) was on time, and a start now known gives
-        the job its --job-timeout from then."""
+        """The job's result, or _PastDeadline if its deadline fell first as the loop knows it when this request
+        resumes: a job's end or start it learned after the watchdog fell (a /blocking run held the loop, a
+        cluster's report came a turn behind) was on time, and a start now known counts --job-timeout from then."""
         try:
             return await record.outcome
         except _PastDeadline:

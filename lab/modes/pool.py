@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -108,13 +107,12 @@ class _PastDeadline(Exception):
 
 @dataclass
 class _Job:
-    """A job handed to an executor: `started` resolves when a worker really begins it, `outcome` when the job
-    ends (its result) or its deadline falls first (_PastDeadline); the request awaits `outcome`."""
+    """A job handed to an executor: `outcome` resolves when the job ends (its result) or its deadline falls
+    first (_PastDeadline); the request awaits it."""
 
-    started: asyncio.Future[float]
     outcome: asyncio.Future[RunRecord]
-    handed: float  # the loop's clock when it was handed over
-    began: float | None = None  # the loop's clock when its start was reported
+    handed: float  # the event loop's clock when it was handed over
+    began: float | None = None  # the event loop's clock when a worker really began it, once reported
     future: asyncio.Future[RunRecord] | None = None  # the executor's, once submitted
     worker: int | str | None = None
 
@@ -191,7 +189,7 @@ class PoolRunner:
         try:
             return await self._outcome(job, record)
         except _PastDeadline:
-            if not record.started.done():
+            if record.began is None:
                 raise self.not_started(job_id) from None
             self.counts["timed_out"] += 1
             raise self.overran(job_id, workload) from None
@@ -211,7 +209,7 @@ class PoolRunner:
             if not job.cancelled() or (task is not None and task.cancelling()):
                 # Our client left (lab/web/lifecycle.py). A job no worker has
                 # started yet need not run at all.
-                if not record.started.done() and self.on_abandoned(job_id):
+                if record.began is None and self.on_abandoned(job_id):
                     self.counts["cancelled_waiting"] += 1
                 raise
             # The executor dropped the job: its pool was replaced before a worker took it.
@@ -236,11 +234,14 @@ class PoolRunner:
 
     def _deadline(self, job: _Job) -> float | None:
         """When `job`'s deadline falls, on the loop's clock: --job-timeout from its start (a worker still
-        starting up, a replaced pool, is not the job's fault); until then a cluster's start_timeout; else none."""
+        starting up, a replaced pool, is not the job's fault); until then a cluster's start_timeout; else none.
+        A job whose start is read lazily and not read yet: --job-timeout from its hand-over."""
         if job.began is not None:
             return job.began + self.job_timeout
         if self.lazy_starts:
-            return job.handed + self.job_timeout  # the earliest it can fall: a start not read yet came after this
+            # Its earliest: a start not read yet came after the hand-over, so a start read later never moves
+            # the watchdog armed for this one to an earlier time.
+            return job.handed + self.job_timeout
         return None if self.start_timeout is None else job.handed + self.start_timeout
 
     def _watch(self, deadline: float | None) -> None:
@@ -271,7 +272,7 @@ class PoolRunner:
             if deadline is None or job.outcome.done() or (job.future is not None and job.future.done()):
                 continue
             if job.began is None and self.lazy_starts:
-                upcoming.append(now + self.job_timeout)  # not begun by now: its deadline is that far at least
+                upcoming.append(now + self.job_timeout)  # not begun when its start was last read: that far at least
             elif deadline <= now:
                 job.outcome.set_exception(_PastDeadline())
             else:
@@ -296,7 +297,7 @@ class PoolRunner:
         """Submit a job that holds a slot: its id, its record, and the future of its result."""
         job_id = next(self._job_ids)
         loop = asyncio.get_running_loop()
-        record = self._running[job_id] = _Job(loop.create_future(), loop.create_future(), loop.time())
+        record = self._running[job_id] = _Job(loop.create_future(), loop.time())
         try:
             job = record.future = self._submit(job_id, workload, params)
         except BaseException:
@@ -338,12 +339,11 @@ class PoolRunner:
         which on Linux is the same clock in every process, and the event loop's; None: now): its deadline counts
         from then."""
         job = self._running.get(job_id)
-        if job is not None and not job.started.done():
+        if job is not None and job.began is None:
             if worker is not None:  # (None: not known yet; a thread may have written its name itself)
                 job.worker = worker
             now = asyncio.get_running_loop().time()
             job.began = now if at is None else min(at, now)
-            job.started.set_result(time.time() - (now - job.began))
             self._watch(self._deadline(job))
 
     def _refresh_starts(self) -> None:
@@ -383,9 +383,8 @@ class PoolRunner:
 
     def snapshot(self) -> dict[str, Any]:
         self._refresh_starts()
-        now = time.time()
         jobs = self._running.values()
-        since = [job.started.result() for job in jobs if job.started.done()]
+        since = [job.began for job in jobs if job.began is not None]
         return {
             "kind": self.kind,
             "size": self.size,
@@ -395,6 +394,6 @@ class PoolRunner:
             "waiting": self.slots.waiting + len(self._running) - len(since),
             "max_pending": self.max_pending,
             "busy_workers": sorted({job.worker for job in jobs if job.worker is not None}, key=str),
-            "longest_running_s": round(now - min(since), 3) if since else None,
+            "longest_running_s": round(asyncio.get_running_loop().time() - min(since), 3) if since else None,
             **self.counts,
         }

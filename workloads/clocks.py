@@ -132,20 +132,26 @@ class _KeptSchedstat:
 _own = threading.local()
 
 
-def thread_core_wait() -> float | None:
-    """Run-queue seconds of the calling thread so far."""
-    mine: _KeptSchedstat | None = getattr(_own, "schedstat", None)
+def _core_wait(kept: threading.local | _InterpreterThread) -> float | None:
+    """Run-queue seconds of the calling thread so far, from the file `kept` holds for it (opened on first use)."""
+    mine: _KeptSchedstat | None = getattr(kept, "schedstat", None)
     if mine is None:
         try:
-            mine = _own.schedstat = _KeptSchedstat()
+            mine = kept.schedstat = _KeptSchedstat()
         except OSError:
             return None
     stat = mine.read()
     return None if stat is None else stat[1]
 
 
+def thread_core_wait() -> float | None:
+    """Run-queue seconds of the calling thread so far."""
+    return _core_wait(_own)
+
+
 class _InterpreterThread:
-    """The schedstat file of the thread that runs this interpreter's jobs, kept in the module, not per thread.
+    """Where a sub-interpreter keeps the schedstat file of the thread that runs its jobs: in the module, for the
+    one thread it last ran on, not in a threading.local.
 
     A sub-interpreter of the interpreters pool is entered on a new thread
     state at every job, so a threading.local there is new each time: kept in
@@ -158,16 +164,13 @@ class _InterpreterThread:
         self._thread: int | None = None
         self._file: _KeptSchedstat | None = None
 
-    def core_wait(self) -> float | None:
-        thread = threading.get_native_id()
-        if self._thread != thread:
-            self._thread, self._file = thread, None
-            try:
-                self._file = _KeptSchedstat()
-            except OSError:
-                return None
-        stat = self._file.read() if self._file is not None else None
-        return None if stat is None else stat[1]
+    @property
+    def schedstat(self) -> _KeptSchedstat | None:
+        return self._file if self._thread == threading.get_native_id() else None
+
+    @schedstat.setter
+    def schedstat(self, kept: _KeptSchedstat) -> None:
+        self._thread, self._file = threading.get_native_id(), kept
 
 
 def threads_schedstat(tasks: str = TASKS) -> dict[str, tuple[float, float]] | None:
@@ -269,7 +272,7 @@ PROCESS = Clocks(time.process_time, process_core_wait, shared_gil=False)
 # threading.current_thread() there would make a stand-in Thread at every job (the runner puts the name back).
 OWN_GIL_THREAD = Clocks(
     time.thread_time,
-    _InterpreterThread().core_wait,
+    partial(_core_wait, _InterpreterThread()),
     shared_gil=False,
     thread_name=lambda: str(threading.get_native_id()),
 )

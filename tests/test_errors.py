@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from lab.web.json_handler import to_json
@@ -59,3 +60,10 @@ def test_every_json_answer_is_written_by_one_encoder_that_takes_what_orjson_refu
         "t": 1795796601.1295285,
         "s": "</script> é",
     }
+
+
+@pytest.mark.parametrize("path", ["/blocking/count?n=1", "/nope", "/workloads"])
+def test_answers_envelopes_errors_and_lists_alike_are_written_by_that_encoder(app: InProcessLab, path: str) -> None:
+    # orjson writes without spaces ({"mode":"blocking",...}); Tornado's json_encode and json.dumps with them.
+    body = get(app.url + path).body
+    assert body == orjson.dumps(json.loads(body))

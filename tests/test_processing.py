@@ -131,4 +131,5 @@ def test_start_reports_read_lazily_never_fill_the_pipe() -> None:
         finally:
             await runner.close()
 
-    assert asyncio.run(main()) <= STARTS_PER_READ * START.size
+    # Some left unread (read lazily: a reader woken for each would leave none), never more than a read's worth.
+    assert START.size <= asyncio.run(main()) <= STARTS_PER_READ * START.size

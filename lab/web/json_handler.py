@@ -30,9 +30,9 @@ DEFAULT_HEADERS = {
 
 
 def to_json(value: Any) -> bytes:
-    """`value` as JSON: orjson's, a tenth of the standard library's time for an envelope (about 16 µs of a
-    /blocking request's CPU, docs/results.md#overhead); the standard library's for what orjson refuses (an int
-    past 64 bits, a key that is not a string, a float's subclass). JSON has no word for a NaN or an infinity:
+    """`value` as JSON: orjson's, an envelope in 0.5 µs against the standard library's 7 (docs/results.md#overhead);
+    the standard library's for what orjson refuses (an int past 64 bits, a key that is not a string, a float's
+    subclass). JSON has no word for a NaN or an infinity:
     orjson writes null, the standard library NaN or Infinity (as Tornado's json_encode did)."""
     try:
         return orjson.dumps(value)

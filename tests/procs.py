@@ -32,6 +32,15 @@ def running(pid: int) -> bool:
     return False
 
 
+def processes(pids: Iterable[int]) -> list[psutil.Process]:
+    """A psutil.Process for each pid still there: one may exit between being listed and being looked at."""
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found.append(psutil.Process(pid))
+    return found
+
+
 def wait_for(predicate: Callable[[], object], timeout: float = STALL_S) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout

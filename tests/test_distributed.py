@@ -30,7 +30,7 @@ from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
 from tests.lab_server import Reply, copies, get, get_many, pool_stats
-from tests.procs import wait_for
+from tests.procs import alive, wait_for
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -205,7 +205,7 @@ def test_an_embedded_cluster_whose_process_died_is_started_again(start_server: S
     assert wait_for(served_by_another, timeout=90), statuses
     assert set(statuses) <= {200, 503}, statuses
     assert _cluster_process(lab.pid).pid != dead.pid
-    assert wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers))
+    assert wait_for(lambda: not any(alive(w) for w in workers))
     assert lab.terminate() == 0
     assert lab.survivors() == []
 

@@ -23,7 +23,7 @@ import pytest
 from bench.lib.hosts import ROLES, DaskTimeouts, HostCluster, Reply
 from bench.lib.netns import PREFIX, Network, ours, pids_in, refusal, sweep
 from lab import ROOT
-from tests.procs import wait_for
+from tests.procs import alive, processes, wait_for
 
 pytestmark = pytest.mark.timeout(300)  # four hosts' processes start slowly while other suites load both cores
 
@@ -57,7 +57,7 @@ def hosts(tmp_path: Path, skip_reason: str | None) -> Iterator[HostCluster]:
         cluster.start(["--process-pool", "1", "--job-timeout", f"{JOB_TIMEOUT:g}"])
         cluster.wait_for_workers(2)
         yield cluster
-        seen += [psutil.Process(pid) for role in ROLES for pid in net.pids(role) if psutil.pid_exists(pid)]
+        seen += processes(pid for role in ROLES for pid in net.pids(role))
     _nothing_left(seen)
 
 
@@ -66,7 +66,7 @@ def _nothing_left(seen: list[psutil.Process]) -> None:
     assert not ours(os.getpid()), "a namespace outlived its test"
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     assert f"{PREFIX}{os.getpid():x}-" not in links, links
-    assert not [p.pid for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p.pid for p in seen if alive(p)]
 
 
 def _burst(hosts: HostCluster, path: str, count: int) -> list[Reply]:
@@ -124,7 +124,7 @@ def test_a_network_and_its_processes_are_gone_after_close(tmp_path: Path, skip_r
         net.run("sched", ["sh", "-c", "sleep 600 & sleep 600"])  # a child that is no process of ours
         assert wait_for(lambda: len(net.pids("sched")) >= 2)  # the shell (unless it exec'd the last) and its two
         for role in ("sched", "w1"):
-            seen.update((pid, psutil.Process(pid)) for pid in net.pids(role))
+            seen.update((p.pid, p) for p in processes(net.pids(role)))
         names = ours(os.getpid())
         assert len(names) == 3  # two hosts and the switch
     process.wait(10)
@@ -168,7 +168,7 @@ def test_ctrl_c_mid_run_leaves_no_namespace_and_no_process(skip_reason: str | No
 
     def scheduler_runs() -> bool:
         for name in ours(tool.pid):
-            seen.update((pid, psutil.Process(pid)) for pid in pids_in(name) if psutil.pid_exists(pid))
+            seen.update((p.pid, p) for p in processes(pids_in(name)))
         return any(name.endswith("-sched") and pids_in(name) for name in ours(tool.pid))
 
     try:
@@ -180,4 +180,4 @@ def test_ctrl_c_mid_run_leaves_no_namespace_and_no_process(skip_reason: str | No
             tool.kill()
     assert tool.returncode == 130, err
     assert ours(tool.pid) == []
-    assert not [p.pid for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p.pid for p in seen.values() if alive(p)]

@@ -17,8 +17,8 @@ reuseport  One SO_REUSEPORT socket per child: the kernel hashes each connection
            to one of them, so the spread is random and blind to load.
 dispatch   The default when forked. The parent accepts every connection and
            passes it (SCM_RIGHTS) to the child that holds least of its
-           capacity, from the same occupancy as fair, which each child reports
-           up its channel (lab/serve/dispatch.py). No child stops answering: a
+           capacity, from the same occupancy as fair, which each child writes
+           into shared memory (lab/serve/dispatch.py). No child stops answering: a
            connection never waits for a child to have room, only for its
            event loop. Measured side by side, it spreads as evenly as fair
            with a worst /ping like all's (docs/results.md#accept-policies).

@@ -3,16 +3,22 @@
 Node.js's cluster module does this by default on Linux, because letting
 workers accept for themselves left load "very unbalanced" in practice. The
 parent keeps the listening sockets; each child holds one end of a Unix
-SOCK_SEQPACKET pair. Down it, the parent sends each accepted connection's
-file descriptor (SCM_RIGHTS: `socket.send_fds`), then closes its own copy;
-up it, the child reports how busy it is each time that changes: its
-occupancy (lab/serve/accept.py: what its requests hold of its capacity, a
-connection whose request is not known yet a whole unit) and how many
-connections it has received. The parent counts a connection it sent but the
-child has not reported yet as a whole unit, so a burst spreads before any
-child has said a word. The least busy child gets the next connection; ties
-go round-robin. Keep-alive connections stay with their child: only new
-connections pass through the parent.
+SOCK_SEQPACKET pair, down which the parent sends each accepted connection's
+file descriptor (SCM_RIGHTS: `socket.send_fds`). Nothing comes back up it:
+each child writes into its slot of shared memory (lab/web/channel.py's
+`Slots`) how many connections it has received and its occupancy
+(lab/serve/accept.py: what its requests hold of its capacity, a connection
+whose request is not known yet a whole unit), and the parent reads them when
+it chooses. The parent counts a connection it sent but the child has not
+received yet as a whole unit, so a burst spreads before any child has taken
+one. The least busy child gets the next connection; ties go round-robin.
+Keep-alive connections stay with their child: only new connections pass
+through the parent.
+
+The parent keeps its copy of each connection it sent until the child has
+received it (it closes the copies it sees received each time it wakes): a
+child killed with connections still in its channel leaves them to the parent,
+which sends those whose request is unread to another child.
 
 The parent is one thread and a `selectors` loop (lab/serve/supervisor.py's,
 which forks, reaps and replaces the children for every policy): it never
@@ -31,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from lab.serve.supervisor import POLL_S, Doorway
-from lab.web.channel import BATCH, REPORT
+from lab.web.channel import BATCH, ChildEnd, Slots
 from lab.web.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 
 # How soon the loop looks again while connections wait for a channel with room.
@@ -44,29 +50,24 @@ MAX_PENDING = 1024
 
 @dataclass
 class Channel:
-    """The parent's end of one child's channel, and how busy the child last said it was."""
+    """The parent's end of one child's channel, and what it has sent down it."""
 
-    task_id: int
+    task_id: int  # also the child's slot in the shared memory
     sock: socket.socket | None
     sent: int = 0  # connections sent down the channel
-    received: int = 0  # ... of which the child has reported receiving
-    load: float = 0.0  # its occupancy at that report
-    # The parent's copies of the connections sent but not yet reported
-    # received, oldest first: if the child dies with them still in its
-    # channel, they can go to another child instead of being lost.
+    received: int = 0  # ... of which the parent has seen the child receive
+    # The parent's copies of the connections sent but not yet seen received,
+    # oldest first: if the child dies with them still in its channel, they can
+    # go to another child instead of being lost.
     in_transit: deque[socket.socket] = field(default_factory=deque)
-
-    @property
-    def estimate(self) -> float:
-        """Its occupancy, plus a whole unit for each connection on its way."""
-        return self.load + (self.sent - self.received)
 
 
 class Dispatch(Doorway):
     """The parent of a `--accept dispatch` server: accepts, and hands each connection to the least busy child."""
 
-    def __init__(self, listeners: list[socket.socket]) -> None:
+    def __init__(self, listeners: list[socket.socket], children: int) -> None:
         self.listeners = listeners
+        self.slots = Slots(children)  # before the first fork: every child shares it
         self.channels: dict[int, Channel] = {}  # by task id
         self.pending: deque[socket.socket] = deque()  # accepted, no channel would take it yet
         self.selector: selectors.BaseSelector | None = None
@@ -86,6 +87,7 @@ class Dispatch(Doorway):
 
     def before_fork(self, task_id: int) -> None:
         self._pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.slots.clear(task_id)  # a replacement starts from nothing, as its new channel does
 
     def forked(self, task_id: int, pid: int) -> None:
         assert self._pair is not None and self.selector is not None
@@ -94,12 +96,10 @@ class Dispatch(Doorway):
         theirs.close()
         ours.setblocking(False)
         channel = self.channels[task_id] = Channel(task_id, ours)
-        # Woken by its reports: each one lets the parent close its copies of
-        # what the child received (a copy left open would hold the connection
-        # open after the child closed it).
-        self.selector.register(ours, selectors.EVENT_READ, lambda _: self._read_reports_of(channel))
+        # The child writes nothing: readable means it closed its end (stopping, or dead).
+        self.selector.register(ours, selectors.EVENT_READ, lambda _: self._closed_by_child(channel))
 
-    def in_child(self, task_id: int) -> socket.socket | None:
+    def in_child(self, task_id: int) -> ChildEnd | None:
         """A child keeps none of the parent's: no listener, no sibling's channel, no pending connection, and no
         copy of a connection on its way to a sibling (one kept would hold that connection open after the
         sibling closed it, and a descriptor of this child's for good)."""
@@ -113,7 +113,7 @@ class Dispatch(Doorway):
                 channel.sock.close()
             for connection in channel.in_transit:
                 connection.close()
-        return theirs
+        return ChildEnd(theirs, self.slots, task_id)
 
     def wait(self, stopping: bool) -> float:
         paused = time.monotonic() < self._paused_until
@@ -123,7 +123,7 @@ class Dispatch(Doorway):
     def turn(self, stopping: bool) -> None:
         if stopping:
             self._stop_accepting()
-        self._read_reports()
+        self._collect()
         self._send_pending()
 
     def gone(self, task_id: int) -> None:
@@ -133,30 +133,29 @@ class Dispatch(Doorway):
 
     # ---------- channels ----------
 
-    def _read_reports(self) -> None:
-        """Every child's latest report, read when a choice needs them (and on each turn of the loop).
+    def _collect(self) -> None:
+        """Close the parent's copies of what each child has received (on every wake-up: they cost only a
+        descriptor meanwhile, since a child ends a connection it closes itself, lab/web/httpserver.py's
+        HandedStream)."""
+        for channel in self.channels.values():
+            if channel.in_transit:
+                self._collect_from(channel)
 
-        Not on arrival: a report would wake the parent once per connection,
-        and its CPU comes out of the children's.
-        """
-        for channel in list(self.channels.values()):
-            self._read_reports_of(channel)
+    def _collect_from(self, channel: Channel) -> None:
+        received = self.slots.received(channel.task_id)
+        for _ in range(received - channel.received):
+            channel.in_transit.popleft().close()  # the child has it: its copy is the one
+        channel.received = received
 
-    def _read_reports_of(self, channel: Channel) -> None:
-        while channel.sock is not None:
-            try:
-                report = channel.sock.recv(REPORT.size)
-            except BlockingIOError:
-                return
-            except OSError:
-                report = b""
-            if not report:  # the child closed its end: stopping, or dead
-                self._close_channel(channel)
-                return
-            received, channel.load = REPORT.unpack(report)
-            for _ in range(received - channel.received):
-                channel.in_transit.popleft().close()  # the child has it: its copy is the one
-            channel.received = received
+    def _closed_by_child(self, channel: Channel) -> None:
+        try:
+            if channel.sock is None or channel.sock.recv(1):
+                return  # (nothing is ever sent up a channel)
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._close_channel(channel)
 
     def _close_channel(self, channel: Channel) -> None:
         if channel.sock is not None:
@@ -164,6 +163,7 @@ class Dispatch(Doorway):
             self.selector.unregister(channel.sock)
             channel.sock.close()
             channel.sock = None
+        self._collect_from(channel)  # what it had received went with it
         self._recover(channel)
 
     def _recover(self, channel: Channel) -> None:
@@ -210,7 +210,7 @@ class Dispatch(Doorway):
     # ---------- connections ----------
 
     def _accept(self, listener: socket.socket) -> None:
-        self._read_reports()
+        self._collect()
         for _ in range(BATCH):
             try:
                 connection, _address = listener.accept()
@@ -225,7 +225,7 @@ class Dispatch(Doorway):
             self._send_pending()
 
     def _send_pending(self) -> None:
-        # (The parent's copy of a connection sent is closed when its child reports it received.)
+        # (The parent's copy of a connection sent is closed once it sees that the child received it.)
         while self.pending:
             connection = self.pending.popleft()
             if not self._send(connection):
@@ -255,4 +255,8 @@ class Dispatch(Doorway):
             return []
         self._turn = (self._turn + 1) % len(open_)
         rotated = open_[self._turn :] + open_[: self._turn]
-        return sorted(rotated, key=lambda c: c.estimate)  # sorted() is stable: ties keep the rotation
+        return sorted(rotated, key=self._estimate)  # sorted() is stable: ties keep the rotation
+
+    def _estimate(self, channel: Channel) -> float:
+        """The child's occupancy, plus a whole unit for each connection on its way to it."""
+        return self.slots.load(channel.task_id) + (channel.sent - self.slots.received(channel.task_id))

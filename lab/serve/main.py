@@ -172,7 +172,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         forked = None
         if config.forked:
             # However connections reach them, one supervisor forks, replaces and stops the children.
-            doorway = Dispatch(sockets) if config.accept == "dispatch" else Doorway()
+            doorway = Dispatch(sockets, config.process_count) if config.accept == "dispatch" else Doorway()
             forked = Supervisor(config.process_count, signals, doorway).run()
         if reuse_port:
             sockets = bind_sockets(port, config.host, backlog=LISTEN_BACKLOG, reuse_port=True)

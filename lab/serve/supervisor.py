@@ -32,13 +32,13 @@ import os
 import random
 import selectors
 import signal
-import socket
 import time
 from dataclasses import dataclass
 from types import FrameType
 
 from lab.procs import watch_parent
 from lab.serve.signals import STOP_SIGNALS, StopSignals
+from lab.web.channel import ChildEnd
 
 log = logging.getLogger("lab.server")
 
@@ -59,7 +59,7 @@ class Forked:
     """What a freshly forked child leaves the supervisor with: its task id, and its channel if dispatched."""
 
     task_id: int
-    channel: socket.socket | None
+    channel: ChildEnd | None
 
 
 class Doorway:
@@ -80,7 +80,7 @@ class Doorway:
     def forked(self, task_id: int, pid: int) -> None:
         pass
 
-    def in_child(self, task_id: int) -> socket.socket | None:
+    def in_child(self, task_id: int) -> ChildEnd | None:
         """In the child, right after the fork: keep what is its own, close the rest; its channel, if any."""
         return None
 
@@ -185,7 +185,7 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self.doorway.forked(task_id, pid)
 
-    def _in_child(self, task_id: int) -> socket.socket | None:
+    def _in_child(self, task_id: int) -> ChildEnd | None:
         # Its own stop-signal handling first: until then a signal would run the parent's, on its siblings.
         self.signals.defer()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

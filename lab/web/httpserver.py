@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterable
@@ -14,7 +15,7 @@ from tornado.iostream import IOStream
 from tornado.web import Application
 
 from lab.web import tornado_private
-from lab.web.channel import FromParent
+from lab.web.channel import ChildEnd, FromParent
 from lab.web.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 
 if TYPE_CHECKING:
@@ -46,6 +47,22 @@ class JsonErrorStream(IOStream):
 
     def write(self, data: bytes | memoryview) -> Future[None]:
         return super().write(_JSON_400 if data == tornado_private.BARE_400 else data)
+
+
+class HandedStream(JsonErrorStream):
+    """The stream of a connection the dispatching parent handed over (lab/web/channel.py): closing it ends it.
+
+    The parent keeps its copy of a connection until it sees that the child
+    received it, at its next look; until then closing the child's descriptor
+    alone would send nothing, and a client reading to the end (Connection:
+    close, HTTP/1.0) would wait for the parent. Shutting down the sending side
+    first sends the FIN at once, whoever else holds the socket.
+    """
+
+    def close_fd(self) -> None:
+        with contextlib.suppress(OSError):  # the client may have gone already
+            self.socket.shutdown(socket.SHUT_WR)
+        super().close_fd()
 
 
 def make_http_server(
@@ -90,11 +107,11 @@ class LabHTTPServer(HTTPServer):
     _parent: FromParent | None = None
     _out_of_files: OutOfFiles | None = None
 
-    def take_from(self, channel: socket.socket) -> None:
-        """Serve the connections the dispatching parent sends down `channel` (--accept dispatch)."""
+    def take_from(self, end: ChildEnd) -> None:
+        """Serve the connections the dispatching parent sends down its channel (--accept dispatch)."""
         if self.lifecycle is None:
-            raise RuntimeError("take_from() needs the lifecycle, to report what this process holds")
-        self._parent = FromParent(channel, self.lifecycle.occupancy, self._take)
+            raise RuntimeError("take_from() needs the lifecycle, to tell the parent what this process holds")
+        self._parent = FromParent(end, self.lifecycle.occupancy, self._take)
 
     def stop(self) -> None:
         if self._parent is not None:
@@ -169,5 +186,5 @@ class LabHTTPServer(HTTPServer):
         # Only a plain TCP stream's class is changed: a TLS stream (which the lab
         # never serves) would lose its own.
         if type(stream) is IOStream:
-            stream.__class__ = JsonErrorStream
+            stream.__class__ = JsonErrorStream if self._parent is None else HandedStream
         super().handle_stream(stream, address)

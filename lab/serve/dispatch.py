@@ -123,6 +123,7 @@ class Dispatch(Doorway):
     def turn(self, stopping: bool) -> None:
         if stopping:
             self._stop_accepting()
+        # After the wake-up's connections are on their way: closing copies delays none of them.
         self._collect()
         self._send_pending()
 
@@ -210,7 +211,6 @@ class Dispatch(Doorway):
     # ---------- connections ----------
 
     def _accept(self, listener: socket.socket) -> None:
-        self._collect()
         for _ in range(BATCH):
             try:
                 connection, _address = listener.accept()

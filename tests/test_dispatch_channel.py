@@ -49,7 +49,7 @@ def test_a_child_writes_what_it_receives_and_holds_in_its_slot_and_nothing_up_it
 
     async def main() -> None:
         end = FromParent(ChildEnd(theirs, slots, 1), occupancy, take)
-        socket.send_fds(ours, [b"c"], [server.fileno()])
+        socket.send_fds(ours, [bytes((server.family,))], [server.fileno()])  # as the parent sends it
         for _ in range(200):
             if taken:
                 break

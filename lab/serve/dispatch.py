@@ -237,7 +237,7 @@ class Dispatch(Doorway):
         for channel in self._by_load():
             assert channel.sock is not None
             try:
-                socket.send_fds(channel.sock, [b"c"], [connection.fileno()])
+                socket.send_fds(channel.sock, [bytes((connection.family,))], [connection.fileno()])
             except BlockingIOError:
                 continue  # its channel is full (its event loop is busy): the next one
             except OSError:

@@ -106,11 +106,11 @@ class FromParent:
                 self.close()
                 return
             for descriptor in fds:
-                self._take(socket.socket(fileno=descriptor))
+                # The family as the parent sent it: left out, socket() would ask the kernel three questions.
+                self._take(socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor))
 
     def _take(self, connection: socket.socket) -> None:
-        try:
-            connection.setblocking(False)
+        try:  # (non-blocking from here on: the stream Tornado makes of it sees to that)
             try:
                 address = connection.getpeername()
             except OSError:  # the client left before its connection got here

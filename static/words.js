@@ -224,7 +224,8 @@ function pingWords(s, mode, workload) {
     why = "while a request runs on the event loop the server answers nothing at all, not even /ping: the wall in the track.";
   } else if (mode.runs_on === "threads" && holdsGil) {
     why = "the event loop was free, but answering needs the GIL, and it had to queue for it behind the busy threads "
-      + `(Python hands the GIL over every 5 ms, and one answer needs it several times): ${noticed
+      + "(Python hands the GIL over every 5 ms, and one answer needs it several times; a bare Tornado server "
+      + `waits about as long, measured side by side in docs/results.md#overhead): ${noticed
         ? "here the waits added up to a wall." : "the comb of short waits in the track."}`;
   } else if (noticed) {
     why = "the event loop only hands work out and collects results, yet the machine itself was busy: the workers, the "

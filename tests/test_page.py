@@ -172,6 +172,7 @@ def test_a_threading_race_of_a_gil_bound_loop(visit: Visit, lab: LabServer) -> N
     summary = page.inner_text("#summary")
     assert "holds the GIL" in summary
     assert re.search(r"it waited .*\(\d+%\) for the GIL", summary), summary  # the split, in words
+    assert "a bare Tornado server waits about as long" in summary, summary  # /ping's wait, beside the floor's
     waited = sum(float(b["gil_wait_ms"]) for b in drawn)
     # Ten threads took turns on one GIL (six at a time, the pool): each blocked for it about five times as
     # long as it computed; measured 2.1-5.0x for a burst of six with 0-6 busy loops beside it.

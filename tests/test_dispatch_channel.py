@@ -4,11 +4,15 @@ parent chooses and recovers from it, and how a child's close ends a connection t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import resource
 import selectors
 import socket
 from collections.abc import Iterator
 
 import pytest
+from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream
 from tornado.web import Application
 
@@ -193,4 +197,44 @@ def test_a_dispatched_childs_server_gives_each_connection_a_handed_stream(tcp: s
         assert asyncio.run(main()) is HandedStream
     finally:
         for sock in [ours, theirs, client, server]:
+            sock.close()
+
+
+def test_a_connection_whose_descriptor_never_arrived_still_counts_as_received(tcp: socket.socket) -> None:
+    # A child out of descriptors gets the parent's message without its descriptor (MSG_CTRUNC). Not counted, the
+    # parent would close the next connection's copy in its place, and keep this one's for good.
+    parent = _Parent()
+    slots, channel = parent.dispatch.slots, parent.dispatch.channels[0]
+    (lost_client, lost), (kept_client, kept) = _connection(tcp), _connection(tcp)
+    taken: list[socket.socket] = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+
+    async def main() -> None:
+        end = FromParent(ChildEnd(parent.ends[0], slots, 0), Occupancy(), lambda c, a: taken.append(c))
+        IOLoop.current().remove_handler(parent.ends[0].fileno())  # its reads driven here, one at a time
+        try:
+            slots.set_load(1, 100.0)  # the other child is full: both connections go to this one
+            assert parent.dispatch._send(lost)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+            end._receive(parent.ends[0].fileno(), 0)  # no descriptor left for it
+        finally:
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert parent.dispatch._send(kept)
+        end._receive(parent.ends[0].fileno(), 0)
+
+    try:
+        asyncio.run(main())
+        assert len(taken) == 1 and taken[0].getpeername() == kept_client.getsockname()
+        assert slots.received(0) == 2
+        parent.wake()
+        assert lost.fileno() == -1 and kept.fileno() == -1 and not channel.in_transit  # both copies closed
+    finally:
+        parent.close()
+        for sock in [lost_client, lost, kept_client, kept, *taken]:
             sock.close()

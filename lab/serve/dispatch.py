@@ -144,7 +144,9 @@ class Dispatch(Doorway):
 
     def _collect_from(self, channel: Channel) -> None:
         received = self.slots.received(channel.task_id)
-        for _ in range(received - channel.received):
+        # (Never more than were sent: a slot is cleared before its child is forked. Bounded all the same,
+        # since an error here would stop the parent, and with it every child.)
+        for _ in range(min(received - channel.received, len(channel.in_transit))):
             channel.in_transit.popleft().close()  # the child has it: its copy is the one
         channel.received = received
 
@@ -259,4 +261,7 @@ class Dispatch(Doorway):
 
     def _estimate(self, channel: Channel) -> float:
         """The child's occupancy, plus a whole unit for each connection on its way to it."""
-        return self.slots.load(channel.task_id) + (channel.sent - self.slots.received(channel.task_id))
+        # Its count first, then its load: the child writes them the other way round (lab/web/channel.py's
+        # _take), so a connection taken in between is counted twice, never not at all.
+        on_its_way = channel.sent - self.slots.received(channel.task_id)
+        return self.slots.load(channel.task_id) + on_its_way

@@ -13,6 +13,7 @@ the parent that a child has gone.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import socket
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from typing import Any
 from tornado.ioloop import IOLoop
 
 from lab.web.occupancy import Occupancy
+
+log = logging.getLogger(__name__)
 
 # Descriptors read per message (and connections the parent accepts per wake-up): a
 # bound, so a flood of connections cannot starve the rest of the loop.
@@ -105,9 +108,22 @@ class FromParent:
             if not message and not fds:  # the parent is gone: watch_parent() stops this process
                 self.close()
                 return
+            if not fds:
+                self._lost()
             for descriptor in fds:
                 # The family as the parent sent it: left out, socket() would ask the kernel three questions.
                 self._take(socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor))
+
+    def _lost(self) -> None:
+        """A message whose descriptor never arrived: out of descriptors, the kernel drops it (MSG_CTRUNC).
+
+        Counted as received all the same: the parent closes its copies in the
+        order it sent them, so a connection not counted would have it close the
+        next one's copy instead, and keep this one's for good.
+        """
+        log.warning("out of file descriptors: a connection the parent handed over was lost (its client sees it close)")
+        self.received += 1
+        self.slots.set_received(self.slot, self.received)
 
     def _take(self, connection: socket.socket) -> None:
         try:  # (non-blocking from here on: the stream Tornado makes of it sees to that)

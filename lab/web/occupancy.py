@@ -20,7 +20,7 @@ class Occupancy:
     A new connection holds a whole unit (`hold`, keyed by its stream); once a
     handler knows its mode and workload, the request takes its share instead
     (`move`, keyed by the request) until it ends (`release`). Whoever acts on
-    it (the fair policy's listening, a dispatched child's reports) `watch`es
+    it (the fair policy's listening, a dispatched child's slot in shared memory) `watch`es
     it: each watcher runs synchronously after every change, so a child that
     just became full stops listening before its event loop can accept again.
     """
@@ -28,7 +28,7 @@ class Occupancy:
     def __init__(self) -> None:
         self._held: dict[Hashable, float] = {}
         # Kept as it changes, not summed when read: a crowd of waits holds thousands of keys,
-        # and every change is read at once (fair accept listens on `full`, dispatch reports `load`).
+        # and every change is read at once (fair accept listens on `full`, a dispatched child writes `load`).
         self._load = 0.0
         self._watchers: list[Callable[[], None]] = []
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import psutil
+import pytest
 
 from lab.config import build_parser, parse_args
 from tests.conftest import StartServer
@@ -47,6 +48,26 @@ def test_a_burst_is_spread_evenly_and_the_parent_serves_nothing(start_server: St
     assert answered == _children(lab) and lab.pid not in answered
     assert {r.json()["server"]["task_id"] for r in replies} == {0, 1}
     assert "accept policy dispatch" in lab.log()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+def test_connections_over_ipv6_reach_both_children(start_server: StartServer) -> None:
+    # Every other test here serves IPv4: the parent hands over connections of either family (with the
+    # family's byte), and the children answer them.
+    lab = start_server(*DISPATCH, "--host", "::1")
+    assert lab.url.startswith("http://[::1]:")
+    replies = get_many(copies(f"{lab.url}/blocking/sleep?seconds=0.2", 4))
+    assert [r.status for r in replies] == [200] * 4
+    assert {r.json()["server"]["pid"] for r in replies} == _children(lab)
 
 
 def test_ping_is_answered_while_every_child_computes(start_server: StartServer) -> None:

@@ -200,12 +200,15 @@ def test_a_dispatched_childs_server_gives_each_connection_a_handed_stream(tcp: s
             sock.close()
 
 
-def test_a_connection_whose_descriptor_never_arrived_still_counts_as_received(tcp: socket.socket) -> None:
+def test_a_connection_whose_descriptor_never_arrived_still_counts_as_received(
+    tcp: socket.socket, caplog: pytest.LogCaptureFixture
+) -> None:
     # A child out of descriptors gets the parent's message without its descriptor (MSG_CTRUNC). Not counted, the
     # parent would close the next connection's copy in its place, and keep this one's for good.
     parent = _Parent()
     slots, channel = parent.dispatch.slots, parent.dispatch.channels[0]
-    (lost_client, lost), (kept_client, kept) = _connection(tcp), _connection(tcp)
+    pairs = [_connection(tcp) for _ in range(3)]  # two lost, then one kept
+    lost, kept = [server for _, server in pairs[:2]], pairs[2][1]
     taken: list[socket.socket] = []
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     filler: list[int] = []
@@ -214,13 +217,13 @@ def test_a_connection_whose_descriptor_never_arrived_still_counts_as_received(tc
         end = FromParent(ChildEnd(parent.ends[0], slots, 0), Occupancy(), lambda c, a: taken.append(c))
         IOLoop.current().remove_handler(parent.ends[0].fileno())  # its reads driven here, one at a time
         try:
-            slots.set_load(1, 100.0)  # the other child is full: both connections go to this one
-            assert parent.dispatch._send(lost)
+            slots.set_load(1, 100.0)  # the other child is full: every connection goes to this one
+            assert all(parent.dispatch._send(server) for server in lost)
             resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
             with contextlib.suppress(OSError):
                 while True:
                     filler.append(os.open(os.devnull, os.O_RDONLY))
-            end._receive(parent.ends[0].fileno(), 0)  # no descriptor left for it
+            end._receive(parent.ends[0].fileno(), 0)  # no descriptor left for either
         finally:
             for fd in filler:
                 os.close(fd)
@@ -230,11 +233,13 @@ def test_a_connection_whose_descriptor_never_arrived_still_counts_as_received(tc
 
     try:
         asyncio.run(main())
-        assert len(taken) == 1 and taken[0].getpeername() == kept_client.getsockname()
-        assert slots.received(0) == 2
+        assert len(taken) == 1 and taken[0].getpeername() == pairs[2][0].getsockname()
+        assert slots.received(0) == 3
         parent.wake()
-        assert lost.fileno() == -1 and kept.fileno() == -1 and not channel.in_transit  # both copies closed
+        assert all(copy.fileno() == -1 for copy in [*lost, kept]) and not channel.in_transit  # every copy closed
+        warnings = [r.getMessage() for r in caplog.records if "handed over lost" in r.getMessage()]
+        assert len(warnings) == 1 and "1 connection(s)" in warnings[0], warnings  # one line, not one a connection
     finally:
         parent.close()
-        for sock in [lost_client, lost, kept_client, kept, *taken]:
+        for sock in [*(s for pair in pairs for s in pair), *taken]:
             sock.close()

@@ -14,8 +14,10 @@ the parent that a child has gone.
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from struct import Struct
@@ -23,6 +25,7 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
+from lab.web.descriptors import WARN_EVERY_S, open_files_limit
 from lab.web.occupancy import Occupancy
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ class FromParent:
         self.occupancy = occupancy
         self.take = take  # what accepting would do with it (lab/web/tornado_private.py: handle_connection)
         self.received = 0
+        self._warned = -math.inf  # when it last warned of connections lost (time.monotonic)
+        self._lost_since_warned = 0
         self.channel.setblocking(False)
         # At every change, synchronously: the parent may choose a child at any moment.
         occupancy.watch(self._note_load)
@@ -121,9 +126,19 @@ class FromParent:
         order it sent them, so a connection not counted would have it close the
         next one's copy instead, and keep this one's for good.
         """
-        log.warning("out of file descriptors: a connection the parent handed over was lost (its client sees it close)")
         self.received += 1
         self.slots.set_received(self.slot, self.received)
+        self._lost_since_warned += 1
+        now = time.monotonic()
+        if now - self._warned >= WARN_EVERY_S:  # a crowd would make it a line a connection
+            log.warning(
+                "out of file descriptors (open-files limit %d): %d connection(s) the parent handed over lost, their "
+                "clients see them close (warned at most every %g s)",
+                open_files_limit(),
+                self._lost_since_warned,
+                WARN_EVERY_S,
+            )
+            self._warned, self._lost_since_warned = now, 0
 
     def _take(self, connection: socket.socket) -> None:
         try:  # (non-blocking from here on: the stream Tornado makes of it sees to that)

@@ -13,11 +13,8 @@ the parent that a child has gone.
 
 from __future__ import annotations
 
-import logging
-import math
 import mmap
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from struct import Struct
@@ -25,10 +22,8 @@ from typing import Any
 
 from tornado.ioloop import IOLoop
 
-from lab.web.descriptors import WARN_EVERY_S, open_files_limit
+from lab.web.descriptors import OutOfFiles
 from lab.web.occupancy import Occupancy
-
-log = logging.getLogger(__name__)
 
 # Descriptors read per message (and connections the parent accepts per wake-up): a
 # bound, so a flood of connections cannot starve the rest of the loop.
@@ -93,8 +88,7 @@ class FromParent:
         self.occupancy = occupancy
         self.take = take  # what accepting would do with it (lab/web/tornado_private.py: handle_connection)
         self.received = 0
-        self._warned = -math.inf  # when it last warned of connections lost (time.monotonic)
-        self._lost_since_warned = 0
+        self._out_of_files = OutOfFiles()
         self.channel.setblocking(False)
         # At every change, synchronously: the parent may choose a child at any moment.
         occupancy.watch(self._note_load)
@@ -126,19 +120,8 @@ class FromParent:
         order it sent them, so a connection not counted would have it close the
         next one's copy instead, and keep this one's for good.
         """
-        self.received += 1
-        self.slots.set_received(self.slot, self.received)
-        self._lost_since_warned += 1
-        now = time.monotonic()
-        if now - self._warned >= WARN_EVERY_S:  # a crowd would make it a line a connection
-            log.warning(
-                "out of file descriptors (open-files limit %d): %d connection(s) the parent handed over lost, their "
-                "clients see them close (warned at most every %g s)",
-                open_files_limit(),
-                self._lost_since_warned,
-                WARN_EVERY_S,
-            )
-            self._warned, self._lost_since_warned = now, 0
+        self._count_received()
+        self._out_of_files.dropped()
 
     def _take(self, connection: socket.socket) -> None:
         try:  # (non-blocking from here on: the stream Tornado makes of it sees to that)
@@ -150,9 +133,13 @@ class FromParent:
             self.take(connection, address)  # -> the lifecycle holds a whole unit for it (its load is noted)
         finally:
             # Counted once its unit is in the load: the parent, reading in between, counts it twice, never
-            # not at all. From here on the parent may close its copy.
-            self.received += 1
-            self.slots.set_received(self.slot, self.received)
+            # not at all.
+            self._count_received()
+
+    def _count_received(self) -> None:
+        """One more connection out of the channel: from here on the parent may close its copy."""
+        self.received += 1
+        self.slots.set_received(self.slot, self.received)
 
     def close(self) -> None:
         """No more connections: the parent sees the channel close and sends the next ones elsewhere."""

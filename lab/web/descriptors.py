@@ -96,18 +96,18 @@ class DescriptorBudget:
 
 
 class OutOfFiles:
-    """What an accepting loop does with accept()'s errors: which mean "wait", and a warning now and then."""
+    """A process out of descriptors: which of accept()'s errors mean "wait", and a warning now and then (a crowd
+    would otherwise make it a line a connection)."""
 
     def __init__(self) -> None:
         self._warned = -math.inf
+        self._dropped = 0  # descriptors the kernel dropped since the last warning of them
 
     def should_pause(self, error: OSError) -> bool:
         """True if `error` means no descriptor is free now (warned about at most every WARN_EVERY_S)."""
         if error.errno not in OUT_OF_FILES:
             return False
-        now = time.monotonic()
-        if now - self._warned >= WARN_EVERY_S:
-            self._warned = now
+        if self._due():
             log.warning(
                 "accept: %s (open-files limit %d): not accepting for %g s at a time; connections wait in the "
                 "listen queue (warned at most every %g s)",
@@ -116,4 +116,25 @@ class OutOfFiles:
                 ACCEPT_PAUSE_S,
                 WARN_EVERY_S,
             )
+        return True
+
+    def dropped(self) -> None:
+        """A connection handed over whose descriptor the kernel dropped, none being free (MSG_CTRUNC): its
+        client sees it close (warned about at most every WARN_EVERY_S, with how many)."""
+        self._dropped += 1
+        if self._due():
+            log.warning(
+                "out of file descriptors (open-files limit %d): %d connection(s) the parent handed over lost, their "
+                "clients see them close (warned at most every %g s)",
+                open_files_limit(),
+                self._dropped,
+                WARN_EVERY_S,
+            )
+            self._dropped = 0
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        if now - self._warned < WARN_EVERY_S:
+            return False
+        self._warned = now
         return True

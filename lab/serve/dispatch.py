@@ -55,10 +55,9 @@ class Channel:
     task_id: int  # also the child's slot in the shared memory
     sock: socket.socket | None
     sent: int = 0  # connections sent down the channel
-    received: int = 0  # ... of which the parent has seen the child receive
-    # The parent's copies of the connections sent but not yet seen received,
-    # oldest first: if the child dies with them still in its channel, they can
-    # go to another child instead of being lost.
+    # The parent's copies of the connections sent but not yet seen received
+    # (the last ones sent), oldest first: if the child dies with them still in
+    # its channel, they can go to another child instead of being lost.
     in_transit: deque[socket.socket] = field(default_factory=deque)
 
 
@@ -143,12 +142,9 @@ class Dispatch(Doorway):
                 self._collect_from(channel)
 
     def _collect_from(self, channel: Channel) -> None:
-        received = self.slots.received(channel.task_id)
-        # (Never more than were sent: a slot is cleared before its child is forked. Bounded all the same,
-        # since an error here would stop the parent, and with it every child.)
-        for _ in range(min(received - channel.received, len(channel.in_transit))):
+        on_its_way = self._on_its_way(channel)
+        while len(channel.in_transit) > on_its_way:
             channel.in_transit.popleft().close()  # the child has it: its copy is the one
-        channel.received = received
 
     def _closed_by_child(self, channel: Channel) -> None:
         try:
@@ -263,5 +259,10 @@ class Dispatch(Doorway):
         """The child's occupancy, plus a whole unit for each connection on its way to it."""
         # Its count first, then its load: the child writes them the other way round (lab/web/channel.py's
         # _take), so a connection taken in between is counted twice, never not at all.
-        on_its_way = channel.sent - self.slots.received(channel.task_id)
+        on_its_way = self._on_its_way(channel)
         return self.slots.load(channel.task_id) + on_its_way
+
+    def _on_its_way(self, channel: Channel) -> int:
+        """How many connections sent down `channel` the child has not received yet: the last ones sent, since it
+        takes them in order."""
+        return channel.sent - self.slots.received(channel.task_id)

@@ -15,7 +15,11 @@ from workloads.timing import RunRecord
 
 
 class _Runs(ThreadRunner):
-    """A thread pool whose every job is `work` (instead of a workload), started at once as the real one's."""
+    """A thread pool whose every job is `work` (instead of a workload), handed one a thread, its start told by
+    `_started` `started_after` seconds after the hand-over (the real one's threads write theirs themselves)."""
+
+    ahead = 0
+    lazy_starts = False
 
     def __init__(
         self,

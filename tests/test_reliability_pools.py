@@ -75,22 +75,26 @@ def test_stuck_thread_job_gets_504_and_keeps_its_slot_until_it_ends(start_server
     assert nxt.json()["timing"]["queued_ms"] > 200  # it waited for the slot (~4 s of the sleep were left)
 
 
-def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer) -> None:
-    lab = start_server("--process-pool", "1")
+@pytest.mark.parametrize("mode", ["processing", "threading"])
+def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer, mode: str) -> None:
+    # A process-pool job waits in the gate; a thread-pool job is handed ahead to its executor's queue
+    # (lab/modes/threading/runner.py), from which it must be withdrawn.
+    lab = start_server("--process-pool", "1", "--thread-pool", "1")
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(get, f"{lab.url}/processing/sleep?seconds=4")  # outlasts the steps below
-        assert wait_for(lambda: _pool(lab, "processing")["running"] == 1)
+        first = pool.submit(get, f"{lab.url}/{mode}/sleep?seconds=4")  # outlasts the steps below
+        assert wait_for(lambda: _pool(lab, mode)["running"] == 1)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
-            sock.sendall(b"GET /processing/sleep?seconds=5 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 1)
-        assert wait_for(lambda: _pool(lab, "processing")["waiting"] == 0)
+            sock.sendall(f"GET /{mode}/sleep?seconds=5 HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            assert wait_for(lambda: _pool(lab, mode)["waiting"] == 1)
+        assert wait_for(lambda: _pool(lab, mode)["waiting"] == 0)
         assert first.result().status == 200
-    nxt = get(f"{lab.url}/processing/sleep?seconds=0")
+    nxt = get(f"{lab.url}/{mode}/sleep?seconds=0")
     # It did not wait behind the abandoned 5 s job: an idle pool takes a job in milliseconds, loaded or not.
     assert nxt.json()["timing"]["queued_ms"] < 1000
-    stats = _pool(lab, "processing")
-    assert (stats["submitted"], stats["cancelled_waiting"]) == (2, 1)
+    stats = _pool(lab, mode)
+    handed = {"processing": 2, "threading": 3}[mode]  # (a thread-pool job is handed over before it is withdrawn)
+    assert (stats["submitted"], stats["cancelled_waiting"]) == (handed, 1)
 
 
 def test_a_killed_worker_breaks_one_request_and_the_pool_heals(start_server: StartServer) -> None:

@@ -1,16 +1,17 @@
 """The pools' common part: an admission gate in front of an executor, deadlines, cancellation, counters.
 
 Every pool mode sits behind the same gate (`Slots`): at most one job a worker
-(and `ahead` more a worker, for a cluster) is handed to an executor at once,
-the rest wait here, in order, where they can
-be counted (/stats), bounded (--max-pending) and cancelled when their client
-goes away. An executor's own queue is invisible and cannot forget work
-nobody wants any more.
+(and `ahead` more a worker, for the thread pool and a cluster) is handed to
+an executor at once, the rest wait here, in order, where they can be counted
+(/stats), bounded (--max-pending) and cancelled when their client goes away.
+A job handed ahead is counted as waiting until its worker begins it, and
+withdrawn if its client goes first, where the executor can give it back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 from collections import deque
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from lab.errors import LabError
@@ -101,6 +103,16 @@ class Slots:
             self.idle.set()
 
 
+# A job's future as `_submit` returns it: an executor's own, or one of the event loop's (a cluster's).
+Handed = asyncio.Future[RunRecord] | concurrent.futures.Future[RunRecord]
+
+
+def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[[Handed], None], future: Handed) -> None:
+    """`callback(future)` in `loop`'s thread, from whichever thread ended `future`; nothing once it has closed."""
+    with contextlib.suppress(RuntimeError):  # (closed: nobody waits for the job any more)
+        loop.call_soon_threadsafe(callback, future)
+
+
 class _PastDeadline(Exception):
     """A pool job's deadline fell before it ended (PoolRunner._check_deadlines)."""
 
@@ -113,8 +125,10 @@ class _Job:
     outcome: asyncio.Future[RunRecord]
     handed: float  # the event loop's clock when it was handed over
     began: float | None = None  # the event loop's clock when a worker really began it, once reported
-    future: asyncio.Future[RunRecord] | None = None  # the executor's, once submitted
+    future: Handed | None = None  # the executor's, once submitted
     worker: int | str | None = None
+    # Takes the job back from an executor that has not begun it (True: it will not run); None: no way to.
+    withdraw: Callable[[], bool] | None = None
 
 
 class PoolRunner:
@@ -136,9 +150,11 @@ class PoolRunner:
     # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands
     # a local executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
     start_timeout: float | None = None
-    # Jobs handed to the executor ahead of each worker, beyond the one it runs. 0 for a local pool, whose
-    # hand-off takes microseconds. A cluster's takes a round trip (the result back through its scheduler, the
-    # next task out through it: milliseconds), which its worker would spend idle, one job at a time.
+    # Jobs handed to the executor ahead of each worker, beyond the one it runs, so that a worker ending a job
+    # finds the next one there: handed over from the gate, it comes a wake-up of the event loop later (a
+    # thread pool's, tens of microseconds), or a round trip later (a cluster's: the result back through its
+    # scheduler, the next task out through it, milliseconds). 0 where a job handed over cannot be taken back
+    # before it runs (a process pool's executor moves it at once to its workers' own queue, beyond withdrawal).
     ahead: ClassVar[int] = 0
     # Whether its workers' start reports wait to be read until something needs them (a deadline to check,
     # /stats, every so many jobs) rather than wake the event loop each: `_refresh_starts` reads them.
@@ -217,7 +233,7 @@ class PoolRunner:
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
 
-    async def _outcome(self, job: asyncio.Future[RunRecord], record: _Job) -> RunRecord:
+    async def _outcome(self, job: Handed, record: _Job) -> RunRecord:
         """The job's result, or _PastDeadline if its deadline fell first as the loop knows it when this request
         resumes: a job's end or start it learned after the watchdog fell (a /blocking run held the loop, a
         cluster's report came a turn behind) was on time, and a start now known counts --job-timeout from then."""
@@ -227,7 +243,7 @@ class PoolRunner:
             deadline = self._deadline(record)
             left = None if deadline is None else deadline - asyncio.get_running_loop().time()
             if not job.done() and left is not None and left > 0:
-                await asyncio.wait([job], timeout=left)
+                await asyncio.wait([asyncio.wrap_future(job)], timeout=left)
             if job.done():
                 return job.result()
             raise
@@ -293,7 +309,7 @@ class PoolRunner:
                 retry_after=RETRY_AFTER_S,
             )
 
-    def _hand_over(self, workload: str, params: dict[str, Any]) -> tuple[int, _Job, asyncio.Future[RunRecord]]:
+    def _hand_over(self, workload: str, params: dict[str, Any]) -> tuple[int, _Job, Handed]:
         """Submit a job that holds a slot: its id, its record, and the future of its result."""
         job_id = next(self._job_ids)
         loop = asyncio.get_running_loop()
@@ -324,14 +340,21 @@ class PoolRunner:
             del self._running[job_id]
             self.slots.release()
 
-        job.add_done_callback(ended)
+        if isinstance(job, concurrent.futures.Future):
+            # An executor's own future, ended in its worker's thread: `ended` runs in the loop's next turn, as
+            # wrap_future's copy of the state would, and sets the outcome there. (An asyncio future between the
+            # two ran `ended` a turn later: one more turn of the loop a job, docs/results.md#overhead.)
+            job.add_done_callback(partial(_call_on, loop, ended))
+        else:
+            job.add_done_callback(ended)
         return job_id, record, job
 
     def lanes(self, workers: int) -> int:
         """How many jobs the gate hands `workers` workers at once: one each, and `ahead` more each."""
         return workers * (1 + self.ahead)
 
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Handed:
+        """Hand job `job_id` to the executor: its future, an executor's own (concurrent.futures) or the loop's."""
         raise NotImplementedError
 
     def _started(self, job_id: int, worker: int | str | None, at: float | None = None) -> None:
@@ -364,11 +387,13 @@ class PoolRunner:
     def on_abandoned(self, job_id: int) -> bool:
         """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
 
-        The gate hands an executor no more jobs than it has workers, so a
-        pool job is never left queued inside it; a cluster's scheduler may
-        still hold one (another client's tasks run first). True if withdrawn.
+        A job handed to an executor ahead of its worker waits in the executor's
+        queue; the executor takes it back if its `_submit` said how (`withdraw`)
+        and no worker has taken it yet. A pool that is handed one job a worker
+        never leaves one queued there. True if withdrawn.
         """
-        return False
+        job = self._running.get(job_id)
+        return job is not None and job.withdraw is not None and job.withdraw()
 
     def on_broken(self) -> None:
         pass

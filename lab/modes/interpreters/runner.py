@@ -14,6 +14,7 @@ import asyncio
 import logging
 import site
 import threading
+from concurrent.futures import Future
 from typing import Any, cast
 
 from lab import ROOT
@@ -87,15 +88,15 @@ class InterpreterRunner(PoolRunner):
         """The pool's size for the start-up log line, where this Python runs one at all."""
         return None if unavailable() is not None else super().ready_note()
 
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Future[RunRecord]:
         func = WORKLOADS[workload].func
         # Its result is the record's values (worker.run), made a record again by run(): converted there, not
         # by a callback here, which would be one more turn of the event loop a job.
-        future = asyncio.get_running_loop().run_in_executor(self.executor, run, func, params, self.database)
+        future = self.executor.submit(run, func, params, self.database)
         # The gate hands the pool no more jobs than it has interpreters, so a
         # free one takes this job now; which one, the record says afterwards.
         self._started(job_id, None)
-        return cast(asyncio.Future[RunRecord], future)
+        return cast(Future[RunRecord], future)
 
     async def close(self, wait: bool = True) -> None:
         # A running interpreter cannot be stopped, like a thread; waiting lets

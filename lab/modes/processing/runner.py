@@ -10,7 +10,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
 from typing import Any
@@ -101,18 +101,17 @@ class ProcessRunner(PoolRunner):
         pids = await asyncio.gather(*(loop.run_in_executor(executor, warm_pool_worker) for _ in range(self.size)))
         log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
 
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Future[RunRecord]:
         self._unread += 1
         if self._unread >= STARTS_PER_READ:
             self._refresh_starts()
-        loop = asyncio.get_running_loop()
         try:
-            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+            return self.executor.submit(run_in_worker, job_id, workload, params)
         except BrokenProcessPool:
             # A worker died while idle (OOM killer, kill -9) and the executor
             # only says so now: replace it and give this job to the new pool.
             self.on_broken()
-            return loop.run_in_executor(self.executor, run_in_worker, job_id, workload, params)
+            return self.executor.submit(run_in_worker, job_id, workload, params)
 
     def on_timeout(self, job_id: int) -> None:
         # Like uWSGI's harakiri: the stuck worker must go, or every later job

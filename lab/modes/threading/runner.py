@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lab.machine import cpu_count
-from lab.modes.pool import PoolRunner, pool_size
+from lab.modes.pool import Handed, PoolRunner, pool_size
 from workloads.clocks import thread_core_wait
 from workloads.registry import run_timed
 from workloads.timing import RunRecord
@@ -33,6 +34,13 @@ class ThreadRunner(PoolRunner):
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
     size_setting = THREAD_POOL
+    # A thread that ends a job takes the next one from the executor's queue itself, as a bare
+    # ThreadPoolExecutor's threads do. Handed over by the gate when a slot freed, each job made the event loop
+    # wake for the end of the one before and then woke an idle thread: about 30 µs of a /threading request at
+    # ten clients (docs/results.md#overhead). A job in that queue can still be withdrawn until a thread takes it.
+    ahead = 1
+    # Its threads write their start into the job's record; the loop reads it when it needs it.
+    lazy_starts = True
 
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(self.size, thread_name_prefix="lab-thread")
@@ -64,19 +72,20 @@ class ThreadRunner(PoolRunner):
             everyone.abort()  # the threads already waiting go back to the pool, so that it can be shut down
             raise
 
-    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
+    def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Handed:
         running = self._running[job_id]
 
         def job() -> RunRecord:
-            # Which thread runs it, for /stats, written here without waking the event loop: a message
-            # to the loop per job would be one more wake-up, and under GIL load one more wait for the GIL.
+            # Which thread runs it and since when, for /stats and the deadline, written here without waking the
+            # event loop: a message to the loop per job would be one more wake-up, and under GIL load one more
+            # wait for the GIL. (time.monotonic() is the event loop's clock.)
             running.worker = threading.current_thread().name
+            running.began = time.monotonic()
             return run_timed(workload, params)
 
-        future = asyncio.get_running_loop().run_in_executor(self.executor, job)
-        # The gate hands the pool no more jobs than it has threads, so a thread takes this one now.
-        self._started(job_id, None)
-        return future
+        handed = self.executor.submit(job)
+        running.withdraw = handed.cancel  # (True while it waits in the executor's queue: it will not run)
+        return handed
 
     async def close(self, wait: bool = True) -> None:
         # Waiting or not, a running thread cannot be stopped and the

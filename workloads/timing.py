@@ -17,6 +17,17 @@ from workloads.clocks import THREAD, Clocks, blocked_time, gil_enabled, gil_part
 from workloads.steps import Steps
 from workloads.waits import counting
 
+# This process's id for its records (os.getpid() is a system call on Python 3.11): a forked child learns its own.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
 
 class RunRecord(TypedDict):
     """What one run reports back from wherever it ran (pickled out of pool workers and interpreters)."""
@@ -126,7 +137,7 @@ def _record(
     for every kind of run."""
     return {
         "result": result,
-        "pid": os.getpid(),
+        "pid": _pid,
         "thread": threading.current_thread().name if thread is None else thread,
         "started": started,
         "finished": finished,

@@ -77,8 +77,8 @@ def test_stuck_thread_job_gets_504_and_keeps_its_slot_until_it_ends(start_server
 
 @pytest.mark.parametrize("mode", ["processing", "threading"])
 def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer, mode: str) -> None:
-    # A process-pool job waits in the gate; a thread-pool job is handed ahead to its executor's queue
-    # (lab/modes/threading/runner.py), from which it must be withdrawn.
+    # Handed ahead to its pool (lab/modes/pool.py's `ahead`), the job waits in the executor's queue (threads) or
+    # in the workers' own (processes), from which it must be withdrawn.
     lab = start_server("--process-pool", "1", "--thread-pool", "1")
     host, port = lab.url.removeprefix("http://").rsplit(":", 1)
     with ThreadPoolExecutor(1) as pool:
@@ -93,8 +93,7 @@ def test_a_job_abandoned_while_queued_never_runs(start_server: StartServer, mode
     # It did not wait behind the abandoned 5 s job: an idle pool takes a job in milliseconds, loaded or not.
     assert nxt.json()["timing"]["queued_ms"] < 1000
     stats = _pool(lab, mode)
-    handed = {"processing": 2, "threading": 3}[mode]  # (a thread-pool job is handed over before it is withdrawn)
-    assert (stats["submitted"], stats["cancelled_waiting"]) == (handed, 1)
+    assert (stats["submitted"], stats["cancelled_waiting"]) == (3, 1)  # (handed over, then withdrawn)
 
 
 def test_a_killed_worker_breaks_one_request_and_the_pool_heals(start_server: StartServer) -> None:
@@ -105,7 +104,7 @@ def test_a_killed_worker_breaks_one_request_and_the_pool_heals(start_server: Sta
         [victim] = _pool(lab, "processing")["busy_workers"]
         os.kill(victim, signal.SIGKILL)  # what the OOM killer would do
         reply = victim_job.result()
-    assert_error(reply, 503, "process pool broke while running this job")
+    assert_error(reply, 503, "process pool broke while this job was in it")
     assert reply.headers["Retry-After"] == "1"
     healed = get(f"{lab.url}/processing/fib?n=10")
     assert healed.status == 200 and healed.json()["result"] == 55
@@ -136,7 +135,7 @@ def test_jobs_beside_a_stuck_one_get_503_when_its_pool_is_replaced(start_server:
         assert wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 2)
         assert_error(stuck.result(), 504, "--job-timeout 4 s")
         reply = bystander.result()
-    assert_error(reply, 503, "process pool broke while running this job")
+    assert_error(reply, 503, "process pool broke while this job was in it")
     assert reply.headers["Retry-After"] == "1"
     assert get(f"{lab.url}/processing/fib?n=10").json()["result"] == 55
 

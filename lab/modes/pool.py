@@ -151,10 +151,10 @@ class PoolRunner:
     # a local executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
     start_timeout: float | None = None
     # Jobs handed to the executor ahead of each worker, beyond the one it runs, so that a worker ending a job
-    # finds the next one there: handed over from the gate, it comes a wake-up of the event loop later (a
-    # thread pool's, tens of microseconds), or a round trip later (a cluster's: the result back through its
-    # scheduler, the next task out through it, milliseconds). 0 where a job handed over cannot be taken back
-    # before it runs (a process pool's executor moves it at once to its workers' own queue, beyond withdrawal).
+    # finds the next one there: handed over from the gate, it comes a wake-up of the event loop later (a local
+    # pool's, tens of microseconds), or a round trip later (a cluster's: the result back through its scheduler,
+    # the next task out through it, milliseconds). Only where the runner can learn when a worker begins a job
+    # (a job handed ahead waits, and its deadline counts from its start) and take back one not begun.
     ahead: ClassVar[int] = 0
     # Whether its workers' start reports wait to be read until something needs them (a deadline to check,
     # /stats, every so many jobs) rather than wake the event loop each: `_refresh_starts` reads them.
@@ -214,7 +214,7 @@ class PoolRunner:
             self.on_broken()
             raise LabError(
                 503,
-                "the process pool broke while running this job (a worker died or was killed); "
+                "the process pool broke while this job was in it, running or queued (a worker died or was killed); "
                 "it is being replaced, retry",
                 retry_after=RETRY_AFTER_S,
             ) from None

@@ -16,6 +16,11 @@ from workloads.registry import run_timed, warm_up
 from workloads.timing import RunRecord
 
 _started: Connection | None = None
+_withdrawn: Any = None  # the server's marks of jobs withdrawn (a shared array of job ids: init_pool_worker)
+
+# Slots in that array: a job's mark is its id, in slot id % WITHDRAWN_SLOTS. Two jobs in flight at once whose ids
+# share a slot could only lose a mark (the job then runs for nobody), never withdraw the wrong job.
+WITHDRAWN_SLOTS = 4096
 
 # What a worker writes when it takes a job: (job id, its pid, when: time.monotonic(), the clock of the server's
 # event loop), 24 bytes. Under PIPE_BUF, so one write is atomic even with every worker writing to the one pipe,
@@ -24,11 +29,12 @@ _started: Connection | None = None
 START = struct.Struct("<qqd")
 
 
-def init_pool_worker(started: Connection, server: int, database_url: str | None) -> None:
+def init_pool_worker(started: Connection, server: int, database_url: str | None, withdrawn: Any = None) -> None:
     """Initializer of every process-pool worker; `server` is the pid of the server process that started it,
-    and `page` queries `database_url` on the worker's own connections."""
-    global _started
-    _started = started
+    `page` queries `database_url` on the worker's own connections, and `withdrawn` (a shared array of
+    WITHDRAWN_SLOTS job ids) marks the jobs the server took back."""
+    global _started, _withdrawn
+    _started, _withdrawn = started, withdrawn
     database.use(database_url)  # one job at a time: one connection, opened here, by this process
     # Ctrl-C reaches the whole foreground process group; the server that owns
     # this pool shuts it down in order, so a worker must not die of SIGINT
@@ -48,16 +54,24 @@ def warm_pool_worker() -> int:
     return pid
 
 
-def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord:
-    """Tell the server which worker took job `job_id`, then run it.
+def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord | None:
+    """Tell the server which worker took job `job_id`, then run it, unless the server has withdrawn it: None.
 
     The server counts the job's --job-timeout from the time in this message (not
     while the job waits for a worker still starting up), shows the pid as busy
     in /stats, and kills that worker if the job outlives its deadline. One
     system call: a START record written straight to the pipe's descriptor,
     which the server reads when it needs it, without waking for it.
+
+    A job handed to the pool ahead of its worker waits in the workers' queue,
+    where the executor cannot cancel it; the server takes it back by marking it
+    and then reading the start records (ProcessRunner._withdraw). Read here
+    after the record is written, the mark is seen by every job the server
+    found not begun: whichever of the two comes second sees the other's.
     """
     if _started is not None:
         os.write(_started.fileno(), START.pack(job_id, os.getpid(), time.monotonic()))
+    if _withdrawn is not None and _withdrawn[job_id % WITHDRAWN_SLOTS] == job_id:
+        return None  # nobody waits for it: its slot frees as soon as the server reads this
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.
     return run_timed(name, params, PROCESS)

@@ -26,18 +26,16 @@ THREAD_SCHEDSTAT = "/proc/thread-self/schedstat"
 TASKS = "/proc/self/task"
 
 
-# Python 3.13's sys._is_gil_enabled, looked up once: a lookup that misses (every Python before 3.13) raises and
-# catches an AttributeError inside getattr, most of a microsecond on every run's record.
-_IS_GIL_ENABLED: Callable[[], bool] | None = getattr(sys, "_is_gil_enabled", None)
-
-
 def gil_enabled() -> bool:
     """False on a free-threaded interpreter running without its GIL (Python 3.13t and later).
 
     Asked each time, not once: importing a C extension that is not marked
-    free-threading-safe turns the GIL back on while the process runs.
+    free-threading-safe turns the GIL back on while the process runs. Looked
+    up in the module's dict: getattr's miss (every Python before 3.13) raises
+    and catches an AttributeError inside, most of a microsecond on every run's record.
     """
-    return True if _IS_GIL_ENABLED is None else bool(_IS_GIL_ENABLED())
+    check = sys.__dict__.get("_is_gil_enabled")
+    return True if check is None else bool(check())
 
 
 def _parse(raw: bytes) -> tuple[float, float] | None:

@@ -52,6 +52,10 @@ class InterpreterRunner(PoolRunner):
     timeout_outcome = "Python cannot stop an interpreter's thread, so it runs on and holds its slot until it ends"
     size_setting = INTERPRETER_POOL
 
+    def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
+        super().__init__(mode, size, max_pending, job_timeout)
+        self._names: dict[int, str] = {}  # the pool's threads' names, by native id
+
     @staticmethod
     def unavailable() -> str | None:
         return unavailable()
@@ -80,9 +84,17 @@ class InterpreterRunner(PoolRunner):
             if gone is None:
                 raise
             raise gone from None
-        names = {thread.native_id: thread.name for thread in threading.enumerate()}
-        record["thread"] = names.get(int(record["thread"]), f"native thread {record['thread']}")
+        record["thread"] = self._thread_name(int(record["thread"]))
         return record
+
+    def _thread_name(self, native_id: int) -> str:
+        """The name of the pool's thread with this native id: its threads are listed again only for one not
+        seen before (every thread of the process, at every job, was a good part of a job's cost)."""
+        name = self._names.get(native_id)
+        if name is None:
+            self._names = {thread.native_id: thread.name for thread in threading.enumerate() if thread.native_id}
+            name = self._names.get(native_id, f"native thread {native_id}")
+        return name
 
     def ready_note(self) -> str | None:
         """The pool's size for the start-up log line, where this Python runs one at all."""

@@ -175,3 +175,30 @@ def test_a_job_that_ended_as_its_deadline_fell_is_answered_though_its_end_comes_
     runner = _ReportedATurnLate(_works_a_moment, job_timeout=0.1)
     assert _run(runner, hold=(0.01, 0.6)) == "done"
     assert runner.counts["timed_out"] == 0
+
+
+@pytest.mark.parametrize(("seconds", "answered"), [(0.5, True), (1.5, False)])
+def test_a_thread_job_handed_ahead_counts_its_deadline_from_when_its_thread_begins_it(
+    seconds: float, answered: bool
+) -> None:
+    # The real thread pool, one thread, --job-timeout 1 s: a job of 0.8 s, and one handed ahead behind it, which
+    # its thread begins 0.8 s after the hand-over and writes so itself. Its 0.5 s ends 1.3 s after the hand-over,
+    # on time from its start; 1.5 s is not.
+    async def main() -> Any:
+        runner = ThreadRunner("threading", size=1, max_pending=10, job_timeout=1.0)
+        await runner.start()
+        try:
+            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.8}))
+            await asyncio.sleep(0.05)
+            behind = asyncio.ensure_future(runner.run("sleep", {"seconds": seconds}))
+            await asyncio.sleep(0.3)
+            assert {key: runner.snapshot()[key] for key in ("running", "waiting")} == {"running": 1, "waiting": 1}
+            return (await asyncio.gather(first, behind, return_exceptions=True))[1]
+        finally:
+            await runner.close()
+
+    outcome = asyncio.run(main())
+    if answered:
+        assert isinstance(outcome, dict) and outcome["result"] == seconds
+    else:
+        assert isinstance(outcome, LabError) and outcome.status_code == 504

@@ -11,10 +11,12 @@ import termios
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 import psutil
 import pytest
 
+from lab.errors import LabError
 from lab.machine import cpu_count
 from lab.modes.processing.runner import STARTS_PER_READ, ProcessRunner
 from lab.modes.processing.worker import START, init_pool_worker
@@ -133,3 +135,61 @@ def test_start_reports_read_lazily_never_fill_the_pipe() -> None:
 
     # Some left unread (read lazily: a reader woken for each would leave none), never more than a read's worth.
     assert START.size <= asyncio.run(main()) <= STARTS_PER_READ * START.size
+
+
+def test_a_job_handed_ahead_behind_a_stuck_one_runs_on_the_replacement_pool() -> None:
+    # One worker; a job stuck past --job-timeout, and one handed ahead behind it into the workers' queue. The stuck
+    # one's worker is killed and its pool replaced; the job behind it, never begun, runs on the new pool (as it
+    # would have had it waited in the gate: lab/modes/pool.py's `ahead`), not a 503 with the old one.
+    async def main() -> tuple[list[int], Any, Any]:
+        runner = ProcessRunner("processing", size=1, max_pending=10, job_timeout=1.0)
+        await runner.start()
+        try:
+            old = runner.snapshot()["worker_pids"]
+            stuck = asyncio.ensure_future(runner.run("sleep", {"seconds": 5}))
+            await asyncio.sleep(0.3)
+            behind = asyncio.ensure_future(runner.run("sleep", {"seconds": 0}))
+            return old, *await asyncio.gather(stuck, behind, return_exceptions=True)
+        finally:
+            await runner.close()
+
+    old, stuck, behind = asyncio.run(main())
+    assert isinstance(stuck, LabError) and stuck.status_code == 504
+    assert isinstance(behind, dict), behind
+    assert behind["pid"] not in old
+
+
+def test_jobs_handed_ahead_while_a_pool_is_replaced_are_all_answered() -> None:
+    # Two workers, one stuck past --job-timeout, four clients asking again and again meanwhile: the stuck one's
+    # pool is replaced while the other worker of the old pool still takes jobs handed ahead, and writes their start
+    # records; every one of those is answered (none fails on the old pool's way out).
+    async def main() -> tuple[Any, list[Any]]:
+        runner = ProcessRunner("processing", size=2, max_pending=100, job_timeout=1.0)
+        await runner.start()
+        answers: list[Any] = []
+        done = asyncio.Event()
+
+        async def client() -> None:
+            while not done.is_set():
+                try:
+                    answers.append(await runner.run("sleep", {"seconds": 0}))
+                except Exception as error:
+                    answers.append(error)
+
+        try:
+            stuck = asyncio.ensure_future(runner.run("sleep", {"seconds": 5}))
+            await asyncio.sleep(0.3)
+            clients = [asyncio.ensure_future(client()) for _ in range(4)]
+            outcome = await asyncio.gather(stuck, return_exceptions=True)
+            await asyncio.sleep(1.5)  # the old pool's way out, and the new one's first jobs
+            done.set()
+            await asyncio.gather(*clients)
+            assert runner.snapshot()["pool_restarts"] == 1
+            return outcome[0], answers
+        finally:
+            await runner.close()
+
+    stuck, answers = asyncio.run(main())
+    assert isinstance(stuck, LabError) and stuck.status_code == 504
+    failed = [answer for answer in answers if not isinstance(answer, dict)]
+    assert answers and not failed, failed[:3]

@@ -104,7 +104,7 @@ def test_a_killed_worker_breaks_one_request_and_the_pool_heals(start_server: Sta
         [victim] = _pool(lab, "processing")["busy_workers"]
         os.kill(victim, signal.SIGKILL)  # what the OOM killer would do
         reply = victim_job.result()
-    assert_error(reply, 503, "process pool broke while this job was in it")
+    assert_error(reply, 503, "process pool broke while running this job")
     assert reply.headers["Retry-After"] == "1"
     healed = get(f"{lab.url}/processing/fib?n=10")
     assert healed.status == 200 and healed.json()["result"] == 55
@@ -135,7 +135,7 @@ def test_jobs_beside_a_stuck_one_get_503_when_its_pool_is_replaced(start_server:
         assert wait_for(lambda: len(_pool(lab, "processing")["busy_workers"]) == 2)
         assert_error(stuck.result(), 504, "--job-timeout 4 s")
         reply = bystander.result()
-    assert_error(reply, 503, "process pool broke while this job was in it")
+    assert_error(reply, 503, "process pool broke while running this job")
     assert reply.headers["Retry-After"] == "1"
     assert get(f"{lab.url}/processing/fib?n=10").json()["result"] == 55
 

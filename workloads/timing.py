@@ -17,7 +17,7 @@ from workloads.clocks import THREAD, Clocks, blocked_time, gil_enabled, gil_part
 from workloads.steps import Steps
 from workloads.waits import counting
 
-# This process's id for its records (os.getpid() is a system call on Python 3.11): a forked child learns its own.
+# This process's id for its records (os.getpid() is a system call each time): a forked child learns its own.
 _pid = os.getpid()
 
 

@@ -1,7 +1,7 @@
 """The pools' common part: an admission gate in front of an executor, deadlines, cancellation, counters.
 
 Every pool mode sits behind the same gate (`Slots`): at most one job a worker
-(and `ahead` more a worker, for the thread pool and a cluster) is handed to
+(and `ahead` more a worker, for the local pools and a cluster) is handed to
 an executor at once, the rest wait here, in order, where they can be counted
 (/stats), bounded (--max-pending) and cancelled when their client goes away.
 A job handed ahead is counted as waiting until its worker begins it, and
@@ -117,6 +117,10 @@ class _PastDeadline(Exception):
     """A pool job's deadline fell before it ended (PoolRunner._check_deadlines)."""
 
 
+class _Replaced(Exception):
+    """A pool job's pool was replaced before any worker began it (PoolRunner.run hands it to the new one)."""
+
+
 @dataclass
 class _Job:
     """A job handed to an executor: `outcome` resolves when the job ends (its result) or its deadline falls
@@ -147,8 +151,9 @@ class PoolRunner:
     settings: ClassVar[tuple[Setting[Any], ...]] = ()
     # The flag that sizes the pool (None: sized otherwise, as a cluster is).
     size_setting: ClassVar[Setting[int] | None] = None
-    # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands
-    # a local executor no more jobs than it has workers (a cluster, shared and far away, says otherwise).
+    # How long a job may wait for a worker to begin it. None: as long as it takes, since the gate hands a
+    # local executor at most a job a worker and `ahead` more, behind jobs of its own (a cluster, shared and far
+    # away, says otherwise).
     start_timeout: float | None = None
     # Jobs handed to the executor ahead of each worker, beyond the one it runs, so that a worker ending a job
     # finds the next one there: handed over from the gate, it comes a wake-up of the event loop later (a local
@@ -195,6 +200,14 @@ class PoolRunner:
         return self._executor
 
     async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:
+        try:
+            return await self._run(workload, params, last_try=False)
+        except _Replaced:
+            # Its pool was replaced before any worker began it (beside a worker killed or dead): the new one runs
+            # it, as it would have had the job waited in the gate and not been handed ahead. Once.
+            return await self._run(workload, params, last_try=True)
+
+    async def _run(self, workload: str, params: dict[str, Any], *, last_try: bool) -> RunRecord:
         self._admit()
         try:
             await self.slots.acquire()
@@ -210,11 +223,13 @@ class PoolRunner:
             self.counts["timed_out"] += 1
             raise self.overran(job_id, workload) from None
         except BrokenProcessPool:
-            self.counts["broken"] += 1
             self.on_broken()
+            if not last_try and record.withdraw is not None and record.withdraw():
+                raise _Replaced from None
+            self.counts["broken"] += 1
             raise LabError(
                 503,
-                "the process pool broke while this job was in it, running or queued (a worker died or was killed); "
+                "the process pool broke while running this job (a worker died or was killed); "
                 "it is being replaced, retry",
                 retry_after=RETRY_AFTER_S,
             ) from None
@@ -229,6 +244,8 @@ class PoolRunner:
                     self.counts["cancelled_waiting"] += 1
                 raise
             # The executor dropped the job: its pool was replaced before a worker took it.
+            if not last_try:
+                raise _Replaced from None
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
@@ -240,7 +257,7 @@ class PoolRunner:
         try:
             return await record.outcome
         except _PastDeadline:
-            deadline = self._deadline(record)
+            deadline = self._deadline(record, record.began)
             left = None if deadline is None else deadline - asyncio.get_running_loop().time()
             if not job.done() and left is not None and left > 0:
                 await asyncio.wait([asyncio.wrap_future(job)], timeout=left)
@@ -248,12 +265,13 @@ class PoolRunner:
                 return job.result()
             raise
 
-    def _deadline(self, job: _Job) -> float | None:
-        """When `job`'s deadline falls, on the loop's clock: --job-timeout from its start (a worker still
-        starting up, a replaced pool, is not the job's fault); until then a cluster's start_timeout; else none.
-        A job whose start is read lazily and not read yet: --job-timeout from its hand-over."""
-        if job.began is not None:
-            return job.began + self.job_timeout
+    def _deadline(self, job: _Job, began: float | None) -> float | None:
+        """When `job`'s deadline falls, on the loop's clock, given its start `began` (job.began, read once by
+        the caller: a pool thread writes it): --job-timeout from its start (a worker still starting up, a
+        replaced pool, is not the job's fault); until then a cluster's start_timeout; else none. A job whose
+        start is read lazily and not read yet: --job-timeout from its hand-over."""
+        if began is not None:
+            return began + self.job_timeout
         if self.lazy_starts:
             # Its earliest: a start not read yet came after the hand-over, so a start read later never moves
             # the watchdog armed for this one to an earlier time.
@@ -284,10 +302,11 @@ class PoolRunner:
         now = asyncio.get_running_loop().time()
         upcoming = []
         for job in self._running.values():
-            deadline = self._deadline(job)
+            began = job.began
+            deadline = self._deadline(job, began)
             if deadline is None or job.outcome.done() or (job.future is not None and job.future.done()):
                 continue
-            if job.began is None and self.lazy_starts:
+            if began is None and self.lazy_starts:
                 upcoming.append(now + self.job_timeout)  # not begun when its start was last read: that far at least
             elif deadline <= now:
                 job.outcome.set_exception(_PastDeadline())
@@ -321,7 +340,7 @@ class PoolRunner:
             self.slots.release()
             raise
         self.counts["submitted"] += 1
-        self._watch(self._deadline(record))
+        self._watch(self._deadline(record, record.began))
 
         def ended(_: object) -> None:
             # The slot frees when the job has really ended, not when its
@@ -331,6 +350,8 @@ class PoolRunner:
                 outcome.cancel()  # (the executor dropped it: its pool was replaced)
             else:
                 error = job.exception()  # (marks it retrieved, whether or not a client still waits)
+                if error is not None:
+                    self._refresh_starts()  # (its start, read while it is still a running job: withdraw reads it)
                 if outcome.done():
                     pass  # its deadline fell first, or its client left
                 elif error is not None:
@@ -367,7 +388,7 @@ class PoolRunner:
                 job.worker = worker
             now = asyncio.get_running_loop().time()
             job.began = now if at is None else min(at, now)
-            self._watch(self._deadline(job))
+            self._watch(self._deadline(job, job.began))
 
     def _refresh_starts(self) -> None:
         """Read the start reports waiting, where they are read lazily (`lazy_starts`)."""
@@ -387,10 +408,11 @@ class PoolRunner:
     def on_abandoned(self, job_id: int) -> bool:
         """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
 
-        A job handed to an executor ahead of its worker waits in the executor's
-        queue; the executor takes it back if its `_submit` said how (`withdraw`)
-        and no worker has taken it yet. A pool that is handed one job a worker
-        never leaves one queued there. True if withdrawn.
+        A job handed to an executor ahead of its worker waits in a queue; it is
+        taken back if its `_submit` said how (`withdraw`: the thread pool's
+        executor cancels it, the process pool marks it) and no worker has begun
+        it. A pool that is handed one job a worker never leaves one queued there.
+        True if withdrawn.
         """
         job = self._running.get(job_id)
         return job is not None and job.withdraw is not None and job.withdraw()

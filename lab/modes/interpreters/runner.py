@@ -46,7 +46,7 @@ def unavailable_inside(error: Exception) -> Unavailable | None:
 
 
 class InterpreterRunner(PoolRunner):
-    """`run_in_executor` on one InterpreterPoolExecutor: a thread per interpreter, an interpreter per job."""
+    """Jobs submitted to one InterpreterPoolExecutor: a thread per interpreter, an interpreter per job."""
 
     kind = "interpreters"
     timeout_outcome = "Python cannot stop an interpreter's thread, so it runs on and holds its slot until it ends"

@@ -1,4 +1,4 @@
-"""The processing mode's runner: `run_in_executor` on ONE shared ProcessPoolExecutor behind lab/modes/pool.py's gate.
+"""The processing mode's runner: jobs submitted to ONE shared ProcessPoolExecutor behind lab/modes/pool.py's gate.
 
 What its workers run is worker.py; the executor's private parts it reads are
 behind lab/modes/processing/executor.py.
@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any, cast
 
 from lab.machine import cpu_count
-from lab.modes.pool import PoolRunner, pool_size
+from lab.modes.pool import PoolRunner, _Job, pool_size
 from lab.modes.processing.executor import broken, workers
 from lab.modes.processing.worker import (
     START,
@@ -41,7 +41,7 @@ PROCESS_POOL = pool_size(
 
 
 class ProcessRunner(PoolRunner):
-    """`run_in_executor` on ONE shared ProcessPoolExecutor, replaced only when it breaks."""
+    """Jobs submitted to ONE shared ProcessPoolExecutor, replaced only when it breaks."""
 
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
@@ -59,6 +59,7 @@ class ProcessRunner(PoolRunner):
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
         self._unread = 0  # jobs handed over since the start reports were last read
+        self._just_read: set[int] = set()  # the jobs whose start records the last reading found
         self._warming: asyncio.Task[None] | None = None
         # Jobs withdrawn, shared with every worker of every pool this runner starts (worker.py's run_in_worker).
         # (-1 where none was: job ids start at 0.)
@@ -68,10 +69,15 @@ class ProcessRunner(PoolRunner):
         # spawn, not fork: forking a process that runs an IOLoop and threads
         # copies their locks mid-use (the hazard Tornado's docs warn about).
         context = multiprocessing.get_context("spawn")
-        self._close_pipe()
-        reader, writer = context.Pipe(duplex=False)
-        self._pipe = (reader, writer)
-        os.set_blocking(reader.fileno(), False)
+        if self._pipe is None:
+            # One pipe for every pool this runner starts: a replaced pool's workers live on for a moment (its
+            # executor ends them once it sees itself broken), and one that takes a job meanwhile writes its
+            # start record; to a closed pipe that write failed the job (EPIPE), and its record, unread, was
+            # lost to a withdrawal.
+            reader, writer = context.Pipe(duplex=False)
+            os.set_blocking(reader.fileno(), False)
+            self._pipe = (reader, writer)
+        writer = self._pipe[1]
         return ProcessPoolExecutor(
             self.size,
             mp_context=context,
@@ -81,6 +87,7 @@ class ProcessRunner(PoolRunner):
 
     def _refresh_starts(self) -> None:
         self._unread = 0
+        self._just_read.clear()
         if self._pipe is not None:
             while self._drain_started(self._pipe[0].fileno()):
                 pass
@@ -97,6 +104,7 @@ class ProcessRunner(PoolRunner):
         if whole != len(records):  # (never from these workers: a worker of other code, spawned after an update)
             log.warning("ignored %d bytes on the process pool's start pipe", len(records) - whole)
         for job_id, pid, at in START.iter_unpack(records[:whole]):
+            self._just_read.add(job_id)
             self._started(job_id, pid, at)
         return len(records) == START.size * STARTS_PER_READ
 
@@ -129,24 +137,25 @@ class ProcessRunner(PoolRunner):
             # only says so now: replace it and give this job to the new pool.
             self.on_broken()
             future = self.executor.submit(run_in_worker, job_id, workload, params)
-        self._running[job_id].withdraw = partial(self._withdraw, job_id, future)
+        self._running[job_id].withdraw = partial(self._withdraw, job_id, self._running[job_id], future)
         # (None only for a job withdrawn, whose client has gone: nobody reads it.)
         return cast(Future[RunRecord], future)
 
-    def _withdraw(self, job_id: int, future: Future[RunRecord | None]) -> bool:
-        """Take back a job no worker has begun, as far as the server knows: True if it will not run.
+    def _withdraw(self, job_id: int, job: _Job, future: Future[RunRecord | None]) -> bool:
+        """Take back job `job_id` (`job` its record) if no worker has begun it: True if it will not run.
 
         Still in the executor's own queue, the executor cancels it. Moved to the
         workers' queue, it is marked, and then the start records are read: a
         worker that had not written its record by then sees the mark and skips the
-        job (worker.py's run_in_worker).
+        job (worker.py's run_in_worker). So is a job of a pool that broke: its
+        workers are ended, or being ended, and one that took it wrote its record.
         """
         if future.cancel():
             return True
         self._withdrawn[job_id % WITHDRAWN_SLOTS] = job_id
         self._refresh_starts()
-        job = self._running.get(job_id)
-        return job is not None and job.began is None
+        # (A record read now for a job that has ended already is not on the job: _started finds it gone.)
+        return job.began is None and job_id not in self._just_read
 
     def on_timeout(self, job_id: int) -> None:
         # Like uWSGI's harakiri: the stuck worker must go, or every later job

@@ -1,4 +1,4 @@
-"""The threading mode's runner: `run_in_executor` on one shared ThreadPoolExecutor behind lab/modes/pool.py's gate."""
+"""The threading mode's runner: jobs submitted to one shared ThreadPoolExecutor behind lab/modes/pool.py's gate."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ START_THREADS_TIMEOUT_S = 60.0
 
 
 class ThreadRunner(PoolRunner):
-    """`run_in_executor` on one shared ThreadPoolExecutor."""
+    """Jobs submitted to one shared ThreadPoolExecutor, one ahead of each thread."""
 
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"

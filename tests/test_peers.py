@@ -18,6 +18,7 @@ from bench.lib.peers import Running, uwsgi, uwsgi_stats
 from bench.lib.servers import gone, group_members, stop_group
 from lab.machine import cpu_count
 from tests.bench_helpers import Tracked, is_png
+from tests.lab_server import copies, get
 from tests.procs import wait_for
 
 pytestmark = pytest.mark.timeout(400)
@@ -86,6 +87,33 @@ def test_a_configuration_s_process_and_thread_counts_override_its_file(tmp_path:
     finally:
         assert server.stop() == []
     assert not server.stats_socket.parent.exists()  # its private folder goes with it
+
+
+def test_each_uwsgi_worker_times_its_runs_by_its_own_thread_not_its_master_s(tmp_path: Path) -> None:
+    # uWSGI's master imports the app (and opens its thread's schedstat file, workloads/clocks.py) before it forks
+    # the workers in C; Python's after-fork hooks, which drop that file in a child, run there only with
+    # py-call-osafterfork (peers/uwsgi-common.ini). Without them each worker read its master's run queue as its own.
+    setup = uwsgi("uwsgi-processes.ini", "-p 2", "blocking", 2, serves=frozenset({"cpu"}))
+    server = Running.start(setup, tmp_path, upstream="http://127.0.0.1:9")
+    try:
+        for url in copies(f"{server.url}/wsgi/count?n=1000", 6):
+            assert get(url).status == 200
+        assert server.stats_socket is not None
+        stats = uwsgi_stats(server.stats_socket)
+        assert stats is not None
+        pids = [worker["pid"] for worker in stats["workers"]]
+        opened = {pid: _schedstat_files(pid) for pid in pids}
+        assert len(pids) == 2 and any(opened.values()), opened  # (a worker that served nothing has none)
+        assert all(path.startswith(f"/proc/{pid}/") for pid, paths in opened.items() for path in paths), opened
+    finally:
+        assert server.stop() == []
+
+
+def _schedstat_files(pid: int) -> list[str]:
+    """The schedstat files process `pid` holds open."""
+    folder = Path(f"/proc/{pid}/fd")
+    links = [os.readlink(fd) for fd in folder.iterdir() if fd.is_symlink()]
+    return [link for link in links if link.endswith("/schedstat")]
 
 
 def test_a_stopped_group_is_gone_when_stop_group_returns_even_one_that_ignores_sigterm() -> None:

@@ -17,17 +17,6 @@ from workloads.clocks import THREAD, Clocks, blocked_time, gil_enabled, gil_part
 from workloads.steps import Steps
 from workloads.waits import counting
 
-# This process's id for its records (os.getpid() is a system call each time): a forked child learns its own.
-_pid = os.getpid()
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
-
 
 class RunRecord(TypedDict):
     """What one run reports back from wherever it ran (pickled out of pool workers and interpreters)."""
@@ -137,7 +126,9 @@ def _record(
     for every kind of run."""
     return {
         "result": result,
-        "pid": _pid,
+        # (Asked each time, not kept: a server that forks in C, as uWSGI's master forks its workers, runs
+        # none of Python's at-fork hooks, and a kept pid would be its master's in every worker.)
+        "pid": os.getpid(),
         "thread": threading.current_thread().name if thread is None else thread,
         "started": started,
         "finished": finished,

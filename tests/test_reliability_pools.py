@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from lab.modes.pool import Slots
+from lab.modes.gate import Slots
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.lab_server import LabServer, copies, get, pool_stats

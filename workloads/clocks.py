@@ -201,16 +201,48 @@ class _OwnThreads:
 
     A process-pool worker reads every thread's twice a run, on the request's
     path: opening, reading and closing each file was four system calls a
-    thread, where a pread is one. The folder is still listed each time, as
-    threads come and go (BLAS starts its own); a thread no longer listed has
-    its file dropped, and one that no longer reads (its thread ended, and
-    another may have its id) is opened again.
+    thread, where a pread is one. Threads come and go (BLAS starts its own):
+    the folder is listed again only when the process's count of threads
+    (one fstat) is not the count of files kept, or a kept
+    file no longer reads (its thread ended, and another may have taken its
+    place): a reading in a process of four threads took 17.8 µs with the
+    listing, 10.6 without, twice a job. A thread no longer listed has its
+    file dropped.
     """
 
     def __init__(self) -> None:
         self._files: dict[str, _KeptSchedstat] = {}
+        self._tasks = -1  # TASKS, kept open (opened on first use; closed in a forked child)
 
     def read(self) -> dict[str, tuple[float, float]] | None:
+        count = self._thread_count()  # (asked first, even with no file kept: its folder opened at the first reading)
+        if self._files and count == len(self._files):
+            stats = {}
+            for tid, kept in self._files.items():
+                stat = kept.read()
+                if stat is None:
+                    break  # its thread has ended: list them again
+                stats[tid] = stat
+            else:
+                return stats
+        return self._list()
+
+    def _thread_count(self) -> int | None:
+        """This process's threads now; None where it cannot be told.
+
+        The kernel counts a process's threads in the link count of its task
+        folder (two, and one a thread: proc_task_getattr): one fstat of the
+        folder kept open, where /proc/self/stat's num_threads is a pread the
+        kernel formats fifty fields for (0.95 µs against 4.7).
+        """
+        try:
+            if self._tasks < 0:
+                self._tasks = os.open(TASKS, os.O_RDONLY | os.O_DIRECTORY)
+            return os.fstat(self._tasks).st_nlink - 2
+        except OSError:
+            return None
+
+    def _list(self) -> dict[str, tuple[float, float]] | None:
         try:
             tids = os.listdir(TASKS)
         except OSError:
@@ -235,7 +267,12 @@ class _OwnThreads:
         return stat
 
     def forget(self) -> None:
+        """In a forked child: the files kept describe the parent and its threads (the task folder too, which
+        was the parent's when it was opened)."""
         self._files.clear()
+        if self._tasks >= 0:
+            os.close(self._tasks)
+            self._tasks = -1
 
 
 _own_threads = _OwnThreads()

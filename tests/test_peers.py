@@ -91,8 +91,8 @@ def test_a_configuration_s_process_and_thread_counts_override_its_file(tmp_path:
 
 def test_each_uwsgi_worker_times_its_runs_by_its_own_thread_not_its_master_s(tmp_path: Path) -> None:
     # uWSGI's master imports the app (and opens its thread's schedstat file, workloads/clocks.py) before it forks
-    # the workers in C; Python's after-fork hooks, which drop that file in a child, run there only with
-    # py-call-osafterfork (peers/uwsgi-common.ini). Without them each worker read its master's run queue as its own.
+    # the workers in C, running none of Python's after-fork hooks, which drop that file in a child: each worker read
+    # its master's run queue as its own. A worker's first timed run now opens its own and drops the master's.
     setup = uwsgi("uwsgi-processes.ini", "-p 2", "blocking", 2, serves=frozenset({"cpu"}))
     server = Running.start(setup, tmp_path, upstream="http://127.0.0.1:9")
     try:
@@ -103,8 +103,9 @@ def test_each_uwsgi_worker_times_its_runs_by_its_own_thread_not_its_master_s(tmp
         assert stats is not None
         pids = [worker["pid"] for worker in stats["workers"]]
         opened = {pid: _schedstat_files(pid) for pid in pids}
-        assert len(pids) == 2 and any(opened.values()), opened  # (a worker that served nothing has none)
-        assert all(path.startswith(f"/proc/{pid}/") for pid, paths in opened.items() for path in paths), opened
+        own = {pid: [path for path in paths if path.startswith(f"/proc/{pid}/")] for pid, paths in opened.items()}
+        assert len(pids) == 2 and any(own.values()), opened  # (a worker that has timed no run holds its master's)
+        assert all(own[pid] == paths for pid, paths in opened.items() if own[pid]), opened
     finally:
         assert server.stop() == []
 

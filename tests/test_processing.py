@@ -9,7 +9,7 @@ import os
 import subprocess
 import termios
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -193,3 +193,54 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_all_answered() -> None:
     assert isinstance(stuck, LabError) and stuck.status_code == 504
     failed = [answer for answer in answers if not isinstance(answer, dict)]
     assert answers and not failed, failed[:3]
+
+
+class _Handed:
+    """An executor that only records what it is handed (its futures settled by the test)."""
+
+    def __init__(self) -> None:
+        self.handed: list[tuple[int, dict[str, Any], Future[Any]]] = []
+
+    def submit(self, fn: Any, job_id: int, workload: str, params: dict[str, Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.handed.append((job_id, params, future))
+        return future
+
+
+@pytest.mark.parametrize("between", ["another job's failure", "a /stats reading"])
+def test_a_job_begun_in_a_broken_pool_is_not_handed_to_the_new_one(between: str) -> None:
+    # A broken pool fails its jobs' futures, then ends its workers: a worker may take a queued job in between and
+    # write its start record. Read by any other reading first (another failed job's, /stats'), that record must
+    # still reach the job, which began: it is not handed to the new pool (it would run twice). The job no worker
+    # began is.
+    async def main() -> tuple[list[tuple[int, Any]], Any, Any]:
+        runner = ProcessRunner("processing", size=2, max_pending=10, job_timeout=60)
+        reader, writer = multiprocessing.get_context("spawn").Pipe(duplex=False)
+        os.set_blocking(reader.fileno(), False)
+        runner._pipe, runner._executor = (reader, writer), _Handed()  # type: ignore[assignment]
+        pool: _Handed = runner._executor  # type: ignore[assignment]
+        began = asyncio.ensure_future(runner.run("count", {"n": 1}))
+        waiting = asyncio.ensure_future(runner.run("count", {"n": 2}))
+        await asyncio.sleep(0.01)
+        (first, _, began_future), (_, _, waiting_future) = pool.handed
+        for future in (began_future, waiting_future):
+            future.set_running_or_notify_cancel()  # (in the workers' own queue: beyond cancel)
+        began_future.set_exception(BrokenProcessPool("a worker died"))
+        loop = asyncio.get_running_loop()
+        loop.call_soon(os.write, writer.fileno(), START.pack(first, 4242, time.monotonic()))  # a worker takes it
+        if between == "a /stats reading":
+            loop.call_soon(runner.snapshot)
+        waiting_future.set_exception(BrokenProcessPool("a worker died"))
+        await asyncio.sleep(0.05)
+        for _, _, future in pool.handed[2:]:  # the new pool runs what it was handed
+            future.set_running_or_notify_cancel()
+            future.set_result({"result": "new pool"})
+        outcomes = await asyncio.gather(began, waiting, return_exceptions=True)
+        reader.close()
+        writer.close()
+        return [(job_id, params["n"]) for job_id, params, _ in pool.handed], *outcomes
+
+    handed, began, waiting = asyncio.run(main())
+    assert handed == [(0, 1), (1, 2), (2, 2)]  # only the job no worker began, again
+    assert isinstance(began, LabError) and began.status_code == 503
+    assert waiting == {"result": "new pool"}

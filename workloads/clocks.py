@@ -119,6 +119,7 @@ class _KeptSchedstat:
 
     def __init__(self, path: str = THREAD_SCHEDSTAT) -> None:
         self.fd = os.open(path, os.O_RDONLY)
+        self.thread = threading.get_native_id()  # the thread that opened it (THREAD_SCHEDSTAT: whose it is)
         # (Neither reader refers back to this object, so that dropping it closes its file at once.)
         self._read = partial(_os_pread, self.fd) if _READER is None else _READER(self.fd)
 
@@ -145,9 +146,15 @@ _own = threading.local()
 
 
 def _core_wait(kept: threading.local | _InterpreterThread) -> float | None:
-    """Run-queue seconds of the calling thread so far, from the file `kept` holds for it (opened on first use)."""
+    """Run-queue seconds of the calling thread so far, from the file `kept` holds for it (opened on first use).
+
+    A file opened by another thread is not this one's: a process forked in C
+    (uWSGI's master forks its workers so) runs none of Python's after-fork
+    hooks, and its thread inherits its parent's file, which the parent opened
+    for its own thread (/proc/thread-self is resolved when opened).
+    """
     mine: _KeptSchedstat | None = getattr(kept, "schedstat", None)
-    if mine is None:
+    if mine is None or mine.thread != threading.get_native_id():
         try:
             mine = kept.schedstat = _KeptSchedstat()
         except OSError:
@@ -168,20 +175,10 @@ class _InterpreterThread:
     state at every job, so a threading.local there is new each time: kept in
     one, the file was opened and closed at every job. Each of the pool's
     interpreters runs on its one pool thread; should another thread ever run
-    in it, that thread gets a file of its own.
+    in it, that thread gets a file of its own (_core_wait checks whose it is).
     """
 
-    def __init__(self) -> None:
-        self._thread: int | None = None
-        self._file: _KeptSchedstat | None = None
-
-    @property
-    def schedstat(self) -> _KeptSchedstat | None:
-        return self._file if self._thread == threading.get_native_id() else None
-
-    @schedstat.setter
-    def schedstat(self, kept: _KeptSchedstat) -> None:
-        self._thread, self._file = threading.get_native_id(), kept
+    schedstat: _KeptSchedstat | None = None
 
 
 def threads_schedstat(tasks: str = TASKS) -> dict[str, tuple[float, float]] | None:
@@ -213,8 +210,11 @@ class _OwnThreads:
     def __init__(self) -> None:
         self._files: dict[str, _KeptSchedstat] = {}
         self._tasks = -1  # TASKS, kept open (opened on first use; closed in a forked child)
+        self._pid = os.getpid()  # the process whose threads the files kept are
 
     def read(self) -> dict[str, tuple[float, float]] | None:
+        if self._pid != os.getpid():  # forked in C (uWSGI's workers): no after-fork hook told it (_core_wait)
+            self.forget()
         count = self._thread_count()  # (asked first, even with no file kept: its folder opened at the first reading)
         if self._files and count == len(self._files):
             stats = {}
@@ -270,6 +270,7 @@ class _OwnThreads:
         """In a forked child: the files kept describe the parent and its threads (the task folder too, which
         was the parent's when it was opened)."""
         self._files.clear()
+        self._pid = os.getpid()
         if self._tasks >= 0:
             os.close(self._tasks)
             self._tasks = -1

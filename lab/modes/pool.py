@@ -124,6 +124,7 @@ class PoolRunner:
         self._executor: Executor | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
+        self._failed: dict[int, _Job] = {}  # jobs ended in error, until their request has dealt with it (_run)
         self._watchdog: asyncio.TimerHandle | None = None  # falls at the earliest deadline of a running job
         # Where `page` queries (config.database), for pools whose workers open their own connections.
         self.database: str | None = None
@@ -186,12 +187,15 @@ class PoolRunner:
                 if record.began is None and self.on_abandoned(job_id):
                     self.counts["cancelled_waiting"] += 1
                 raise
-            # The executor dropped the job: its pool was replaced before a worker took it.
+            # The executor dropped the job: its pool was replaced before a worker took it (a local executor
+            # cancels only a job no worker has taken; a cluster's job is cancelled only as the loop closes).
             if not last_try:
                 raise _Replaced from None
             raise LabError(
                 503, "the pool was replaced before this job started; retry", retry_after=RETRY_AFTER_S
             ) from None
+        finally:
+            self._failed.pop(job_id, None)
 
     async def _outcome(self, job: Handed, record: _Job) -> RunRecord:
         """The job's result, or _PastDeadline if its deadline fell first as the loop knows it when this request
@@ -294,7 +298,9 @@ class PoolRunner:
             else:
                 error = job.exception()  # (marks it retrieved, whether or not a client still waits)
                 if error is not None:
-                    self._refresh_starts()  # (its start, read while it is still a running job: withdraw reads it)
+                    # Its start may still be on its way (its worker's record not read yet): a record read after
+                    # this still reaches it, until its request has decided on it (_run), which a withdrawal reads.
+                    self._failed[job_id] = record
                 if outcome.done():
                     pass  # its deadline fell first, or its client left
                 elif error is not None:
@@ -325,7 +331,7 @@ class PoolRunner:
         """A worker (pid or thread; None: not known yet) has begun job `job_id`, at `at` (time.monotonic(),
         which on Linux is the same clock in every process, and the event loop's; None: now): its deadline counts
         from then."""
-        job = self._running.get(job_id)
+        job = self._running.get(job_id) or self._failed.get(job_id)
         if job is not None and job.began is None:
             if worker is not None:  # (None: not known yet; a thread may have written its name itself)
                 job.worker = worker

@@ -59,7 +59,6 @@ class ProcessRunner(PoolRunner):
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
         self._unread = 0  # jobs handed over since the start reports were last read
-        self._just_read: set[int] = set()  # the jobs whose start records the last reading found
         self._warming: asyncio.Task[None] | None = None
         # Jobs withdrawn, shared with every worker of every pool this runner starts (worker.py's run_in_worker).
         # (-1 where none was: job ids start at 0.)
@@ -87,7 +86,6 @@ class ProcessRunner(PoolRunner):
 
     def _refresh_starts(self) -> None:
         self._unread = 0
-        self._just_read.clear()
         if self._pipe is not None:
             while self._drain_started(self._pipe[0].fileno()):
                 pass
@@ -104,7 +102,6 @@ class ProcessRunner(PoolRunner):
         if whole != len(records):  # (never from these workers: a worker of other code, spawned after an update)
             log.warning("ignored %d bytes on the process pool's start pipe", len(records) - whole)
         for job_id, pid, at in START.iter_unpack(records[:whole]):
-            self._just_read.add(job_id)
             self._started(job_id, pid, at)
         return len(records) == START.size * STARTS_PER_READ
 
@@ -148,14 +145,14 @@ class ProcessRunner(PoolRunner):
         workers' queue, it is marked, and then the start records are read: a
         worker that had not written its record by then sees the mark and skips the
         job (worker.py's run_in_worker). So is a job of a pool that broke: its
-        workers are ended, or being ended, and one that took it wrote its record.
+        record stays where start records reach it until its request has decided
+        (PoolRunner._failed), and a worker that took it wrote its record.
         """
         if future.cancel():
             return True
         self._withdrawn[job_id % WITHDRAWN_SLOTS] = job_id
         self._refresh_starts()
-        # (A record read now for a job that has ended already is not on the job: _started finds it gone.)
-        return job.began is None and job_id not in self._just_read
+        return job.began is None
 
     def on_timeout(self, job_id: int) -> None:
         # Like uWSGI's harakiri: the stuck worker must go, or every later job

@@ -266,6 +266,10 @@ class _OwnThreads:
                 self._files[tid] = kept
         return stat
 
+    def __del__(self) -> None:
+        if self._tasks >= 0:
+            os.close(self._tasks)
+
     def forget(self) -> None:
         """In a forked child: the files kept describe the parent and its threads (the task folder too, which
         was the parent's when it was opened)."""

@@ -149,7 +149,10 @@ def test_a_job_handed_ahead_behind_a_stuck_one_runs_on_the_replacement_pool() ->
             stuck = asyncio.ensure_future(runner.run("sleep", {"seconds": 5}))
             await asyncio.sleep(0.3)
             behind = asyncio.ensure_future(runner.run("sleep", {"seconds": 0}))
-            return old, *await asyncio.gather(stuck, behind, return_exceptions=True)
+            answers = await asyncio.gather(stuck, behind, return_exceptions=True)
+            # Both answered, the killed job's future failed since: nothing of either is kept.
+            assert (runner._running, runner._failed) == ({}, {})
+            return old, *answers
         finally:
             await runner.close()
 

@@ -297,13 +297,12 @@ class PoolRunner:
                 outcome.cancel()  # (the executor dropped it: its pool was replaced)
             else:
                 error = job.exception()  # (marks it retrieved, whether or not a client still waits)
-                if error is not None:
+                if outcome.done():
+                    pass  # its deadline fell first, or its client left: its request has decided already
+                elif error is not None:
                     # Its start may still be on its way (its worker's record not read yet): a record read after
                     # this still reaches it, until its request has decided on it (_run), which a withdrawal reads.
                     self._failed[job_id] = record
-                if outcome.done():
-                    pass  # its deadline fell first, or its client left
-                elif error is not None:
                     outcome.set_exception(error)
                 else:
                     outcome.set_result(job.result())

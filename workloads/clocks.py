@@ -284,7 +284,9 @@ _own_threads = _OwnThreads()
 
 
 def _forget_parents_files() -> None:
-    """In a forked child: the files both readers kept open describe the parent's threads."""
+    """In a forked child: the files both readers kept open describe the parent's threads. Closed at once, so a
+    child holds none of them; a child forked in C runs no such hook, and the readers find out at their next
+    reading instead (_core_wait, _OwnThreads.read)."""
     _own_threads.forget()
     _own.__dict__.pop("schedstat", None)  # (the forking thread's, which is the child's one thread)
 

@@ -1,7 +1,7 @@
 """The pools' common part: an admission gate in front of an executor, deadlines, cancellation, counters.
 
 Every pool mode sits behind the same gate (lab/modes/gate.py's `Slots`): at most one job a worker
-(and `ahead` more a worker, for the local pools and a cluster) is handed to
+(and `ahead` more a worker, for the thread and process pools and a cluster) is handed to
 an executor at once, the rest wait here, in order, where they can be counted
 (/stats), bounded (--max-pending) and cancelled when their client goes away.
 A job handed ahead is counted as waiting until its worker begins it, and

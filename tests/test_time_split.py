@@ -193,6 +193,64 @@ def test_a_process_reads_its_threads_through_files_kept_open_while_they_live() -
     assert inherited == 0 and seen == [str(child)]
 
 
+def test_a_process_lists_its_threads_again_only_when_their_count_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    own = clocks._OwnThreads()
+    listed: list[str] = []
+    listdir = os.listdir
+
+    def counted(path: str) -> list[str]:
+        listed.append(path)
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", counted)
+    readings = [own.read() for _ in range(3)]
+    assert all(readings) and len(listed) == 1  # three readings, one listing
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, args=(30,))
+    thread.start()
+    try:
+        stats = own.read()  # one thread more: listed again, and the new one read
+        assert stats is not None and str(thread.native_id) in stats and len(listed) == 2
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _open_files(ending: str) -> list[str]:
+    """The files this process holds open whose paths end so."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # (the listing's own descriptor, closed since)
+            continue
+    return [path for path in found if path.endswith(ending)]
+
+
+def test_a_child_forked_without_python_s_hooks_reads_its_own_threads() -> None:
+    # As uWSGI's master forks its workers: in C, none of Python's after-fork hooks run, and the child inherits the
+    # files its parent kept open. Its readings are its own all the same (workloads/clocks.py checks whose they are).
+    clocks.thread_core_wait()
+    clocks.own_threads_schedstat()
+    reader, writer = os.pipe()
+    child = ctypes.CDLL(None).fork()
+    if child == 0:  # pragma: no cover (the child: no Python hook ran, and it must not run pytest's at exit)
+        try:
+            read = sorted(clocks.own_threads_schedstat() or {})
+            clocks.thread_core_wait()
+            os.write(writer, json.dumps([read, _open_files("/schedstat") + _open_files("/task")]).encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        read, files = json.loads(pipe.read())
+    os.waitpid(child, 0)
+    assert read == [str(child)]  # its one thread, not its parent's threads
+    assert f"/proc/{child}/task/{child}/schedstat" in files  # its own thread's file, opened by the check
+    # None of its parent's, its task folder included: the parent may have as many threads as it kept files for.
+    assert all(path.startswith(f"/proc/{child}/") for path in files), files
+
+
 @pytest.mark.usefixtures("hogs")
 def test_the_core_meter_reads_a_thread_queueing_for_a_core_and_not_an_idle_one() -> None:
     # Idle, the process's threads sleep: a reading is the queueing of their few wake-ups over the

@@ -358,8 +358,8 @@ class PoolRunner:
 
         A job handed to an executor ahead of its worker waits in a queue; it is
         taken back if its `_submit` said how (`withdraw`: the thread pool's
-        executor cancels it, the process pool marks it) and no worker has begun
-        it. A pool that is handed one job a worker never leaves one queued there.
+        executor cancels it, the process pool marks it, a cluster's scheduler
+        cancels it) and no worker has begun it. A pool that is handed one job a worker never leaves one queued there.
         True if withdrawn.
         """
         job = self._running.get(job_id)

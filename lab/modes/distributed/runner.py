@@ -38,6 +38,7 @@ import asyncio
 import logging
 import socket
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from urllib.parse import urlsplit
@@ -251,7 +252,11 @@ class DaskRunner(PoolRunner):
         return await super().run(workload, params)
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        job = self._the_cluster().submit(job_id, workload, params)
+        cluster = self._the_cluster()
+        job = cluster.submit(job_id, workload, params)
+        # Queued at the scheduler behind other clients' tasks, a task whose client left must not run for nobody:
+        # withdrawn there. (Were it just starting, its worker would finish it anyway.)
+        self._running[job_id].withdraw = partial(cluster.withdraw, job_id)
         self._ran_on[job_id] = []
         job.add_done_callback(lambda _: self._ran_on.pop(job_id, None))
         return job
@@ -264,11 +269,6 @@ class DaskRunner(PoolRunner):
         if job_id in self._ran_on:
             self._ran_on[job_id].append(address)
         self._started(job_id, address)
-
-    def on_abandoned(self, job_id: int) -> bool:
-        # Queued at the scheduler behind other clients' tasks: it must not run
-        # for nobody. (Were it just starting, its worker would finish it anyway.)
-        return self._cluster is not None and self._cluster.withdraw(job_id)
 
     def not_started(self, job_id: int) -> LabError:
         """No worker began the task within `start_timeout`: the cluster is busy or a worker went silent."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -280,20 +281,27 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
     assert (_pool(lab.url)["submitted"], _pool(lab.url)["cancelled_waiting"]) == (2, 1)
 
 
-def test_each_worker_is_handed_its_next_task_ahead_and_the_rest_wait_in_the_gate(
+def test_the_cluster_is_handed_five_tasks_a_worker_thread_and_its_scheduler_keeps_those_not_yet_begun(
     cluster: DaskCluster, start_server: StartServer
 ) -> None:
     # A task's result comes back through the scheduler, and the next task goes out through it: a worker handed
-    # one task at a time would idle through that round trip. The gate hands each worker thread one more, ahead.
+    # one task at a time would idle through that round trip. The gate hands the cluster five tasks a worker
+    # thread (`ahead` 4); the scheduler gives each worker its next one and keeps the rest for whichever frees
+    # first; the gate keeps what is beyond (counted, bounded, cancelled there).
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
     _wait_for_both_workers(lab.url, cluster)
-    with cluster.client() as other, ThreadPoolExecutor(5) as pool:
-        replies = [pool.submit(get, url, 60) for url in copies(f"{lab.url}/distributed/sleep?seconds=2", 5)]
-        assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (2, 3))
-        at_workers = other.processing()  # each worker's tasks: the one it runs, and the one ahead of it
-        assert sorted(len(keys) for keys in at_workers.values()) == [2, 2], at_workers
-        assert [reply.result().status for reply in replies] == [200] * 5
-    assert (_pool(lab.url)["running"], _pool(lab.url)["waiting"], _pool(lab.url)["submitted"]) == (0, 0, 5)
+    with cluster.client() as other, ThreadPoolExecutor(12) as pool:
+        replies = [pool.submit(get, url, 60) for url in copies(f"{lab.url}/distributed/sleep?seconds=4", 12)]
+        assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (2, 10))
+
+        def at_the_scheduler() -> tuple[list[int], int]:  # each worker's tasks (the one it runs, its next), queued
+            at_workers = other.processing()
+            queued = other.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.queued))
+            return sorted(len(keys) for keys in at_workers.values()), queued
+
+        assert wait_for(lambda: at_the_scheduler() == ([2, 2], 6)), at_the_scheduler()
+        assert [reply.result().status for reply in replies] == [200] * 12
+    assert (_pool(lab.url)["running"], _pool(lab.url)["waiting"], _pool(lab.url)["submitted"]) == (0, 0, 12)
 
 
 def test_with_no_worker_left_requests_get_503_naming_the_lost_worker(
@@ -619,6 +627,79 @@ def test_a_finished_tasks_release_goes_to_the_scheduler_in_one_batch_with_the_ne
     assert len(releases) == 3, batches
     assert sum("update-graph" in batch for batch in releases) == 2, batches  # the first two, with the next submit
     assert released
+
+
+class _Finished:
+    """A finished task's Dask future as the lab's fetch sees it: ended, its result held by its worker."""
+
+    status = "finished"
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.data = pickle.dumps(record)
+        self.fetched_alone = 0
+
+    async def exception(self) -> None:
+        return None
+
+    def __await__(self) -> Any:  # `await future`: its own fetch
+        self.fetched_alone += 1
+        return asyncio.sleep(0, self.data).__await__()
+
+
+class _Fetches:
+    """A client whose every fetch takes a moment; it counts its calls, and how many run at once."""
+
+    def __init__(self, *, lose: bool = False) -> None:
+        self.calls: list[int] = []
+        self.under_way = self.most_at_once = 0
+        self.lose = lose
+
+    async def gather(self, futures: list[_Finished]) -> list[bytes]:
+        self.calls.append(len(futures))
+        self.under_way += 1
+        self.most_at_once = max(self.most_at_once, self.under_way)
+        try:
+            await asyncio.sleep(0.05)
+            if self.lose:
+                raise OSError("a worker holding one of them left")
+            return [future.data for future in futures]
+        finally:
+            self.under_way -= 1
+
+
+def _fetch_records(client: _Fetches, futures: list[_Finished], later: list[_Finished]) -> list[Any]:
+    from lab.modes.distributed.cluster import Cluster
+
+    cluster = Cluster(None, 1, {}, started=lambda job, address: None, resized=lambda threads: None)
+    cluster.client = client  # type: ignore[assignment]
+
+    async def scene() -> list[Any]:
+        first = [asyncio.ensure_future(cluster._result(f)) for f in futures]  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)  # their fetch is under way when the next ones end
+        then = [asyncio.ensure_future(cluster._result(f)) for f in later]  # type: ignore[arg-type]
+        return list(await asyncio.gather(*first, *then))
+
+    return asyncio.run(scene())
+
+
+def test_results_due_together_are_fetched_in_one_call_and_one_call_at_a_time() -> None:
+    # Fetched each on its own, the results of tasks ending together overlapped on the client's one pooled
+    # connection to the embedded scheduler, and its pool closed it and opened another for most of them.
+    futures = [_Finished({"result": n}) for n in range(7)]
+    client = _Fetches()
+    records = _fetch_records(client, futures[:5], futures[5:])
+    assert [record["result"] for record in records] == list(range(7))
+    assert (client.calls, client.most_at_once) == ([5, 2], 1)
+    assert [future.fetched_alone for future in futures] == [0] * 7
+
+
+def test_results_whose_fetch_together_failed_are_fetched_each_on_its_own() -> None:
+    futures = [_Finished({"result": n}) for n in range(3)]
+    client = _Fetches(lose=True)
+    records = _fetch_records(client, futures, [])
+    assert [record["result"] for record in records] == [0, 1, 2]
+    assert client.calls == [3]
+    assert [future.fetched_alone for future in futures] == [1, 1, 1]
 
 
 def test_the_task_is_pickled_once_and_each_submit_ships_those_bytes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pickle
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -33,6 +34,7 @@ from distributed.config import initialize_logging
 from lab.errors import LabError
 from lab.modes.distributed import worker as dask_worker
 from lab.modes.distributed.embedded import EmbeddedCluster
+from lab.modes.distributed.fetches import Fetches
 from lab.modes.distributed.health import Health
 from lab.modes.distributed.roster import Roster
 from lab.modes.distributed.spans import trim_key_split_cache
@@ -64,9 +66,10 @@ SCHEDULER_INFO_NEVER = "1 day"
 # The embedded cluster's client keeps one connection for its calls to the scheduler (results fetched, the
 # watch's polls): a pool opens a connection for each call that finds none free and keeps them all, so a server
 # held one descriptor more (and its scheduler one more) for every call that had ever overlapped, two to four
-# under load. At one, a call that finds it busy waits, and the pool closes and opens it again once (loopback:
-# a millisecond or two); a probe at c=4 and c=10 measured the same throughput. Not for an external cluster:
-# there a call can take long (a worker's restart), and the watch's poll must not wait behind it.
+# under load. At one, a call that finds it busy waits, and the pool closes it and opens another (loopback: a
+# millisecond or two); so the lab fetches results one call at a time (fetches.py), and only a watch's
+# poll that meets a fetch opens one. Not for an external cluster: there a call can take long (a worker's
+# restart), and the watch's poll must not wait behind it.
 EMBEDDED_CONNECTIONS = 1
 # A finished task's future is released with the next submit, or after this long if none comes. Dask's client
 # sends to its scheduler at most one batch per 10 ms: a release sent alone as a task ends made the next
@@ -135,9 +138,10 @@ class Cluster:
         self._cluster: EmbeddedCluster | None = None  # the embedded cluster's process, once started
         self._keeper: asyncio.Task[None] | None = None  # watches the connection, opens a new one when it is lost
         self._chores: set[asyncio.Future[None]] = set()  # cancellations and kills under way, kept until done
-        self._futures: dict[int, Future[RunRecord]] = {}  # job id -> its task, while it runs
-        self._ended: list[Future[RunRecord]] = []  # finished tasks, to release with the next submit
+        self._futures: dict[int, Future[bytes]] = {}  # job id -> its task, while it runs
+        self._ended: list[Future[bytes]] = []  # finished tasks, to release with the next submit
         self._release_timer: asyncio.TimerHandle | None = None
+        self._fetches = Fetches(lambda: self.client)  # finished tasks' results, fetched together
 
     @property
     def running(self) -> bool:
@@ -273,10 +277,10 @@ class Cluster:
         trim_key_split_cache()
         return asyncio.ensure_future(self._outcome(job_id, future))
 
-    async def _outcome(self, job_id: int, future: Future[RunRecord]) -> RunRecord:
+    async def _outcome(self, job_id: int, future: Future[bytes]) -> RunRecord:
         """The task's record, or the lab's error for what went wrong; the task is cancelled if we stop waiting."""
         trouble = self.health.trouble()
-        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(future)]
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._result(future))]
         if trouble is not None:
             waits.append(trouble)
         try:
@@ -313,7 +317,16 @@ class Cluster:
             self._futures.pop(job_id, None)
             self._release_soon(future)  # a result held on would be recomputed if its worker died
 
-    def _release_soon(self, future: Future[RunRecord]) -> None:
+    async def _result(self, future: Future[bytes]) -> RunRecord:
+        """The task's record once it has ended, fetched with every other result due at the same time."""
+        await future.exception()  # its end (an error's comes with it), without its result
+        data = await self._fetches.fetch(future) if future.status == "finished" else None
+        if data is None:  # it failed or was cancelled (raised here), or the fetch of its batch failed
+            data = await future
+        record: RunRecord = pickle.loads(data)  # (pickled by the task: worker.py says why)
+        return record
+
+    def _release_soon(self, future: Future[bytes]) -> None:
         self._ended.append(future)
         if self._release_timer is None:
             self._release_timer = asyncio.get_running_loop().call_later(RELEASE_WITHIN_S, self._release_ended)
@@ -348,7 +361,7 @@ class Cluster:
         self._chores.add(chore)  # kept until done, so it is not collected half-way
         chore.add_done_callback(self._chores.discard)
 
-    async def _cancel(self, future: Future[RunRecord]) -> None:
+    async def _cancel(self, future: Future[bytes]) -> None:
         if self.client is not None:
             with contextlib.suppress(Exception):
                 await self.client.cancel([future])

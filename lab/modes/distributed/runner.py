@@ -19,7 +19,7 @@ external   --dask-scheduler tcp://HOST:PORT: a cluster someone started with
            reach a scheduler can run code on its workers).
 
 What the pools do, this runner does too (it is a PoolRunner): the admission
-gate (two tasks a worker thread, `ahead`, following the cluster's threads as workers come and go),
+gate (five tasks a worker thread, `ahead`, following the cluster's threads as workers come and go),
 --max-pending 503s, --job-timeout 504s counted from when a worker starts the
 task, and a task cancelled when its client leaves. Dask cannot interrupt a
 running task any more than Python can stop a thread, so a task over its
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A task waits for a worker to begin it at least this long (a nanny's restart takes seconds), or --job-timeout;
-# and, handed ahead, --job-timeout more (the task before it may run that long).
+# and, handed ahead, --job-timeout more for each task a worker thread that may be ahead of it.
 START_PATIENCE_S = 30.0
 # A first connection that failed is tried again at most once per RECONNECT_EVERY_S (others get 503 meanwhile).
 RECONNECT_EVERY_S = 3.0
@@ -135,12 +135,15 @@ class TlsFiles(NamedTuple):
 
 class DaskRunner(PoolRunner):
     kind = "dask"
-    # Each worker thread has its next task waiting beside it, so it never idles through the round trip
-    # between two tasks. Measured: at c = 10, /distributed/count?n=1 took 3.4x the floor's time
-    # (which submits all ten at once) with one job a thread, 1.7-2.2x with two (docs/results.md#overhead).
-    # A short task handed ahead may wait behind a long one while another worker idles, until Dask's work
-    # stealing moves it.
-    ahead = 1
+    # Five tasks a worker thread in the cluster, so that a worker ending one never idles through the round
+    # trip to the lab and back (the result out through the scheduler, the next task in through it): the
+    # scheduler hands each worker its next (Dask's queuing gives a worker of one thread two at a time) and keeps
+    # the rest unassigned, for whichever worker frees first. Measured at c = 10, /distributed/count?n=1 against
+    # a floor that submits all ten at once: 3.4x with one task a thread, 1.7-2.2x with two, 1.0-1.2x with five
+    # and the results fetched together (docs/results.md#overhead). On a cluster that does not queue
+    # (worker-saturation: inf) each task is assigned as it comes, and a short one may wait behind a long one
+    # while another worker idles, until Dask's work stealing moves it.
+    ahead = 4
     timeout_outcome = "its task was cancelled and its worker process killed (its nanny starts a new one)"
     settings = (DASK_SCHEDULER, DASK_WORKERS, DASK_TLS_CA, DASK_TLS_CERT, DASK_TLS_KEY)
 
@@ -154,7 +157,8 @@ class DaskRunner(PoolRunner):
         self.counts["workers_lost"] = 0
         self.counts["not_started"] = 0
         # A task may wait at the scheduler (other clients' work, a worker restarting or silent) this long.
-        # A job handed ahead may first wait for the one before it, which may run its whole --job-timeout.
+        # A job handed ahead may first wait for those before it on its worker thread (`ahead` at most, with the
+        # lab's own tasks shared out among the threads), each of which may run its whole --job-timeout.
         self.start_timeout = max(job_timeout, START_PATIENCE_S) + job_timeout * self.ahead
         self._ran_on: dict[int, list[str]] = {}  # job id -> the workers that began it, in order
         self._cluster: Cluster | None = None

@@ -268,7 +268,7 @@ def test_a_task_whose_client_left_before_any_worker_started_it_never_runs(
         assert wait_for(lambda: sum(other.run(_executing).values()) == 2)
         with socket.create_connection((host, int(port))) as sock:  # a client that gives up
             sock.sendall(b"GET /distributed/sleep?seconds=0.1 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            # Handed to the cluster (a job ahead of each worker), not begun by either.
+            # Handed to the cluster (five tasks a worker thread may be), not begun by either.
             assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (0, 1))
         assert wait_for(lambda: _pool(lab.url)["waiting"] == 0)
         assert _pool(lab.url)["running"] == 0
@@ -634,71 +634,109 @@ class _Finished:
 
     status = "finished"
 
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.data = pickle.dumps(record)
+    def __init__(self, number: int, *, recomputed_in: float = 0.0) -> None:
+        self.key = f"run_task-{number}"
+        self.data = pickle.dumps({"result": number})
+        self.recomputed_in = recomputed_in  # a result lost with its worker: computed again, this long
         self.fetched_alone = 0
 
     async def exception(self) -> None:
         return None
 
-    def __await__(self) -> Any:  # `await future`: its own fetch
+    def __await__(self) -> Any:  # `await future`: its own fetch (Dask's client waits for a lost one's rerun)
         self.fetched_alone += 1
-        return asyncio.sleep(0, self.data).__await__()
+        return asyncio.sleep(self.recomputed_in, self.data).__await__()
 
 
-class _Fetches:
-    """A client whose every fetch takes a moment; it counts its calls, and how many run at once."""
+class _Scheduler:
+    """The scheduler's `gather`, as the client's connection calls it: it takes a moment, counts its calls and
+    how many run at once, and cannot fetch a result lost with its worker (nor send the others with it)."""
 
-    def __init__(self, *, lose: bool = False) -> None:
+    def __init__(self, futures: list[_Finished], *, broken: bool = False) -> None:
+        self.futures = {future.key: future for future in futures}
         self.calls: list[int] = []
         self.under_way = self.most_at_once = 0
-        self.lose = lose
+        self.broken = broken
 
-    async def gather(self, futures: list[_Finished]) -> list[bytes]:
-        self.calls.append(len(futures))
+    async def gather(self, keys: list[str]) -> dict[str, Any]:
+        self.calls.append(len(keys))
         self.under_way += 1
         self.most_at_once = max(self.most_at_once, self.under_way)
         try:
             await asyncio.sleep(0.05)
-            if self.lose:
-                raise OSError("a worker holding one of them left")
-            return [future.data for future in futures]
+            if self.broken:
+                raise OSError("the connection to the scheduler broke")
+            lost = [key for key in keys if self.futures[key].recomputed_in]
+            if lost:
+                return {"status": "error", "keys": lost}
+            return {"status": "OK", "data": {key: self.futures[key].data for key in keys}}
         finally:
             self.under_way -= 1
 
 
-def _fetch_records(client: _Fetches, futures: list[_Finished], later: list[_Finished]) -> list[Any]:
+def _fetch_records(scheduler: _Scheduler, futures: list[_Finished], later: list[_Finished]) -> list[int]:
+    """The results of `futures` (ended together) and of `later` (ended while their fetch was under way), in the
+    order they were answered."""
     from lab.modes.distributed.cluster import Cluster
 
     cluster = Cluster(None, 1, {}, started=lambda job, address: None, resized=lambda threads: None)
-    cluster.client = client  # type: ignore[assignment]
+    cluster.client = SimpleNamespace(scheduler=scheduler)  # type: ignore[assignment]
+    answered: list[int] = []
 
-    async def scene() -> list[Any]:
-        first = [asyncio.ensure_future(cluster._result(f)) for f in futures]  # type: ignore[arg-type]
+    async def result(future: _Finished) -> None:
+        answered.append((await cluster._result(future))["result"])  # type: ignore[arg-type]
+
+    async def scene() -> None:
+        first = [asyncio.ensure_future(result(future)) for future in futures]
         await asyncio.sleep(0.01)  # their fetch is under way when the next ones end
-        then = [asyncio.ensure_future(cluster._result(f)) for f in later]  # type: ignore[arg-type]
-        return list(await asyncio.gather(*first, *then))
+        await asyncio.gather(*first, *(result(future) for future in later))
 
-    return asyncio.run(scene())
+    asyncio.run(scene())
+    return answered
 
 
 def test_results_due_together_are_fetched_in_one_call_and_one_call_at_a_time() -> None:
     # Fetched each on its own, the results of tasks ending together overlapped on the client's one pooled
     # connection to the embedded scheduler, and its pool closed it and opened another for most of them.
-    futures = [_Finished({"result": n}) for n in range(7)]
-    client = _Fetches()
-    records = _fetch_records(client, futures[:5], futures[5:])
-    assert [record["result"] for record in records] == list(range(7))
-    assert (client.calls, client.most_at_once) == ([5, 2], 1)
+    futures = [_Finished(n) for n in range(7)]
+    scheduler = _Scheduler(futures)
+    assert sorted(_fetch_records(scheduler, futures[:5], futures[5:])) == list(range(7))
+    assert (scheduler.calls, scheduler.most_at_once) == ([5, 2], 1)
     assert [future.fetched_alone for future in futures] == [0] * 7
 
 
+def test_a_result_lost_with_its_worker_holds_up_no_other() -> None:
+    # The scheduler cannot fetch result 1 (its worker died; it is computed again, 2 s): its request fetches it
+    # alone, waiting for the rerun, while 0 and 2 are fetched again at once, and 3 and 4 after them.
+    futures = [_Finished(n, recomputed_in=2.0 if n == 1 else 0.0) for n in range(5)]
+    scheduler = _Scheduler(futures)
+    assert _fetch_records(scheduler, futures[:3], futures[3:]) == [0, 2, 3, 4, 1]
+    assert scheduler.calls == [3, 4]  # (0 and 2 again, with 3 and 4, which ended meanwhile)
+    assert [future.fetched_alone for future in futures] == [0, 1, 0, 0, 0]
+
+
+def test_an_external_cluster_s_results_are_fetched_each_by_its_own_request() -> None:
+    # Its client keeps a connection for each call under way: a fetch that waits on a silent worker (across a
+    # network, until TCP gives up) holds up only its own request, as Dask's own client does it.
+    from lab.modes.distributed.cluster import Cluster
+
+    futures = [_Finished(n) for n in range(3)]
+    scheduler = _Scheduler(futures)
+    cluster = Cluster("tcp://127.0.0.1:8786", 1, {}, started=lambda job, address: None, resized=lambda n: None)
+    cluster.client = SimpleNamespace(scheduler=scheduler)  # type: ignore[assignment]
+
+    async def scene() -> list[Any]:
+        return list(await asyncio.gather(*(cluster._result(future) for future in futures)))  # type: ignore[arg-type]
+
+    assert [record["result"] for record in asyncio.run(scene())] == [0, 1, 2]
+    assert (scheduler.calls, [future.fetched_alone for future in futures]) == ([], [1, 1, 1])
+
+
 def test_results_whose_fetch_together_failed_are_fetched_each_on_its_own() -> None:
-    futures = [_Finished({"result": n}) for n in range(3)]
-    client = _Fetches(lose=True)
-    records = _fetch_records(client, futures, [])
-    assert [record["result"] for record in records] == [0, 1, 2]
-    assert client.calls == [3]
+    futures = [_Finished(n) for n in range(3)]
+    scheduler = _Scheduler(futures, broken=True)
+    assert sorted(_fetch_records(scheduler, futures, [])) == [0, 1, 2]
+    assert scheduler.calls == [3]
     assert [future.fetched_alone for future in futures] == [1, 1, 1]
 
 

@@ -318,10 +318,13 @@ class Cluster:
             self._release_soon(future)  # a result held on would be recomputed if its worker died
 
     async def _result(self, future: Future[bytes]) -> RunRecord:
-        """The task's record once it has ended, fetched with every other result due at the same time."""
+        """The task's record once it has ended (on the embedded cluster, fetched with every other result due)."""
         await future.exception()  # its end (an error's comes with it), without its result
-        data = await self._fetches.fetch(future) if future.status == "finished" else None
-        if data is None:  # it failed or was cancelled (raised here), or the fetch of its batch failed
+        # The embedded cluster's results are fetched together (fetches.py); an external cluster's client keeps
+        # a connection for each call under way, and a fetch that waits on a silent worker holds up only its own.
+        together = self.scheduler is None and future.status == "finished"
+        data = await self._fetches.fetch(future) if together else None
+        if data is None:  # fetched alone: it failed or was cancelled (raised here), or its batch could not fetch it
             data = await future
         record: RunRecord = pickle.loads(data)  # (pickled by the task: worker.py says why)
         return record

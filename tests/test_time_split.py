@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from lab import ROOT
 from lab.instruments.cores import CoreMeter
 from tests.lab_server import LabServer, copies, get_many
 from tests.procs import schedstat_files_open, wait_for
@@ -216,8 +217,13 @@ def test_a_process_lists_its_threads_again_only_when_their_count_changes(monkeyp
         thread.join()
 
 
-def _open_files(ending: str) -> list[str]:
-    """The files this process holds open whose paths end so."""
+# Run in a Python of its own: the test process holds files other tests opened (their meters of a server's
+# threads), which its child inherits too and which are none of the clocks' business.
+FORKED_IN_C = """
+import ctypes, json, os, sys
+from workloads import clocks
+
+def open_files(ending):
     found = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -226,29 +232,39 @@ def _open_files(ending: str) -> list[str]:
             continue
     return [path for path in found if path.endswith(ending)]
 
+clocks.thread_core_wait()
+clocks.own_threads_schedstat()
+kept = open_files("/schedstat") + open_files("/task")
+reader, writer = os.pipe()
+child = ctypes.CDLL(None).fork()
+if child == 0:  # the child: no Python hook ran
+    try:
+        read = sorted(clocks.own_threads_schedstat() or {})
+        clocks.thread_core_wait()
+        os.write(writer, json.dumps([read, open_files("/schedstat") + open_files("/task")]).encode())
+    finally:
+        os._exit(0)
+os.close(writer)
+with os.fdopen(reader) as pipe:
+    read, files = json.loads(pipe.read())
+os.waitpid(child, 0)
+print(json.dumps({"parent": os.getpid(), "kept": kept, "child": child, "read": read, "files": files}))
+"""
+
 
 def test_a_child_forked_without_python_s_hooks_reads_its_own_threads() -> None:
     # As uWSGI's master forks its workers: in C, none of Python's after-fork hooks run, and the child inherits the
     # files its parent kept open. Its readings are its own all the same (workloads/clocks.py checks whose they are).
-    clocks.thread_core_wait()
-    clocks.own_threads_schedstat()
-    reader, writer = os.pipe()
-    child = ctypes.CDLL(None).fork()
-    if child == 0:  # pragma: no cover (the child: no Python hook ran, and it must not run pytest's at exit)
-        try:
-            read = sorted(clocks.own_threads_schedstat() or {})
-            clocks.thread_core_wait()
-            os.write(writer, json.dumps([read, _open_files("/schedstat") + _open_files("/task")]).encode())
-        finally:
-            os._exit(0)
-    os.close(writer)
-    with os.fdopen(reader) as pipe:
-        read, files = json.loads(pipe.read())
-    os.waitpid(child, 0)
-    assert read == [str(child)]  # its one thread, not its parent's threads
-    assert f"/proc/{child}/task/{child}/schedstat" in files  # its own thread's file, opened by the check
+    command = [sys.executable, "-c", FORKED_IN_C]
+    done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    child = seen["child"]
+    assert f"/proc/{seen['parent']}/task" in seen["kept"]  # the parent kept its files, which the child inherits
+    assert seen["read"] == [str(child)]  # its one thread, not its parent's threads
+    assert f"/proc/{child}/task/{child}/schedstat" in seen["files"]  # its own thread's file, opened by the check
     # None of its parent's, its task folder included: the parent may have as many threads as it kept files for.
-    assert all(path.startswith(f"/proc/{child}/") for path in files), files
+    assert all(path.startswith(f"/proc/{child}/") for path in seen["files"]), seen["files"]
 
 
 @pytest.mark.usefixtures("hogs")

@@ -137,13 +137,14 @@ class DaskRunner(PoolRunner):
     kind = "dask"
     # Five tasks a worker thread in the cluster, so that a worker ending one never idles through the round
     # trip to the lab and back (the result out through the scheduler, the next task in through it): the
-    # scheduler hands each worker its next (Dask's queuing gives a worker of one thread two at a time) and, once
-    # more than twice its threads are in flight, keeps the rest unassigned, for whichever worker frees first. Measured at c = 10, /distributed/count?n=1 against
-    # a floor that submits all ten at once: 3.4x with one task a thread, 1.7-2.2x with two, 1.1-1.2x with five
-    # and the results fetched together (docs/results.md#overhead). On a cluster that does not queue
-    # (worker-saturation: inf) each task is assigned as it comes, and a short one may wait behind a long one
-    # while another worker idles, until Dask's work stealing moves it; so on the workers heard from while others
-    # are quiet (tasks restricted to some workers are assigned at once), and beside other servers' tasks.
+    # scheduler hands each worker its next (Dask's queuing gives a worker of one thread two at a time) and,
+    # once more than twice its threads are in flight, keeps the rest unassigned, for whichever worker frees
+    # first. Measured at c = 10, /distributed/count?n=1 against a floor that submits all ten at once: 3.4x
+    # with one task a thread, 1.7-2.2x with two, 1.1-1.2x with five and the results fetched together
+    # (docs/results.md#overhead). On a cluster that does not queue (worker-saturation: inf) each task is
+    # assigned as it comes, and a short one may wait behind a long one while another worker idles, until
+    # Dask's work stealing moves it; so on the workers heard from while others are quiet (tasks restricted to
+    # some workers are assigned at once), and beside other servers' tasks.
     ahead = 4
     timeout_outcome = "its task was cancelled and its worker process killed (its nanny starts a new one)"
     settings = (DASK_SCHEDULER, DASK_WORKERS, DASK_TLS_CA, DASK_TLS_CERT, DASK_TLS_KEY)

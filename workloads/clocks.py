@@ -267,14 +267,16 @@ class _OwnThreads:
         return stat
 
     def __del__(self) -> None:
-        if self._tasks >= 0:
-            os.close(self._tasks)
+        self._close_folder()
 
     def forget(self) -> None:
         """In a forked child: the files kept describe the parent and its threads (the task folder too, which
         was the parent's when it was opened)."""
         self._files.clear()
         self._pid = os.getpid()
+        self._close_folder()
+
+    def _close_folder(self) -> None:
         if self._tasks >= 0:
             os.close(self._tasks)
             self._tasks = -1

@@ -141,7 +141,10 @@ class Cluster:
         self._futures: dict[int, Future[bytes]] = {}  # job id -> its task, while it runs
         self._ended: list[Future[bytes]] = []  # finished tasks, to release with the next submit
         self._release_timer: asyncio.TimerHandle | None = None
-        self._fetches = Fetches(lambda: self.client)  # finished tasks' results, fetched together
+        # The embedded cluster's finished tasks' results, fetched together (fetches.py). An external cluster's
+        # client keeps a connection for each call under way: there a fetch waiting on a silent worker must hold
+        # up only its own request, and each fetches its own.
+        self._fetches = Fetches(lambda: self.client) if scheduler is None else None
 
     @property
     def running(self) -> bool:
@@ -320,10 +323,8 @@ class Cluster:
     async def _result(self, future: Future[bytes]) -> RunRecord:
         """The task's record once it has ended (on the embedded cluster, fetched with every other result due)."""
         await future.exception()  # its end (an error's comes with it), without its result
-        # The embedded cluster's results are fetched together (fetches.py); an external cluster's client keeps
-        # a connection for each call under way, and a fetch that waits on a silent worker holds up only its own.
-        together = self.scheduler is None and future.status == "finished"
-        data = await self._fetches.fetch(future) if together else None
+        fetches = self._fetches if future.status == "finished" else None
+        data = await fetches.fetch(future) if fetches is not None else None
         if data is None:  # fetched alone: it failed or was cancelled (raised here), or its batch could not fetch it
             data = await future
         record: RunRecord = pickle.loads(data)  # (pickled by the task: worker.py says why)

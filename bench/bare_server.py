@@ -3,11 +3,13 @@
     python -m bench.bare_server --port 0       # GET /sleep?seconds=S answers {"slept": S} after S seconds
     python -m bench.bare_server --port 0 --settled-collector    # its collector set as the lab's
     python -m bench.bare_server --port 0 --thread-pool 6 --process-pool 2 --upstream http://127.0.0.1:PORT
+    python -m bench.bare_server --port 0 --processes 2 --accept dispatch    # forked (bench/lib/floor_fork.py)
 
 bench.crowd and bench.overhead start it beside a lab server: whatever the
 lab costs above it on the same request (its envelope, its clocks, its
 lifecycle and stats) is the lab's own work. Same listen backlog as the lab,
-no access log, one process, and none of the lab's machinery: /ping and
+no access log, one process unless forked (bench.overhead's accept part
+forks it, as it forks the lab), and none of the lab's machinery: /ping and
 /blocking answer on the loop, /threading, /processing and /interpreters
 hand count(n) to an executor of the size given, /distributed submits it to
 the Dask scheduler given, /async makes the lab's own upstream call to the
@@ -20,24 +22,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from collections.abc import Sequence
+import socket
+from collections.abc import Callable, Sequence
 
 from tornado.httpserver import HTTPServer
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
 from bench.lib.floor import FloorPools, make_floor_app
+from bench.lib.floor_fork import BATCH, serve_forked
 from lab import collector
 from lab.procs import LISTEN_BACKLOG
 
 
-async def serve(host: str, port: int, pools: FloorPools) -> None:
-    sockets = bind_sockets(port, host, backlog=LISTEN_BACKLOG)
+async def serve(
+    sockets: Sequence[socket.socket],
+    pools: FloorPools,
+    channel: socket.socket | None = None,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve from `sockets` and from connections arriving down `channel` (a dispatched child's) until a stop
+    signal; `ready` once the pools are warm (else the start-up line)."""
     await pools.start()
     server = HTTPServer(make_floor_app(pools))
     server.add_sockets(sockets)
-    # The same words as the lab's start-up line, so bench.lib.servers.wait_ready reads both alike;
-    # written once the pools are warm, so that a bench may time the first request.
-    print(f"serving on http://{host}:{sockets[0].getsockname()[1]}/", flush=True)
+    if channel is not None:
+        take_from(channel, server)
+    if ready is None:
+        # The same words as the lab's start-up line, so bench.lib.servers.wait_ready reads both alike;
+        # written once the pools are warm, so that a bench may time the first request.
+        print(f"serving on {url_of(sockets[0])}/", flush=True)
+    else:
+        ready()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -46,6 +63,37 @@ async def serve(host: str, port: int, pools: FloorPools) -> None:
     server.stop()
     await server.close_all_connections()
     await pools.close()
+
+
+def take_from(channel: socket.socket, server: HTTPServer) -> None:
+    """Serve each connection the dispatching parent sends down `channel` (bench/lib/floor_fork.py), as
+    accepting would."""
+    channel.setblocking(False)
+
+    def receive(fd: int, events: int) -> None:
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, 16, BATCH)
+            except BlockingIOError:
+                return
+            if not message and not fds:  # the parent has gone
+                IOLoop.current().remove_handler(fd)
+                return
+            for descriptor in fds:
+                connection = socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor)
+                try:
+                    address = connection.getpeername()
+                except OSError:  # the client left on the way
+                    connection.close()
+                    continue
+                server.handle_stream(IOStream(connection), address)
+
+    IOLoop.current().add_handler(channel.fileno(), receive, IOLoop.READ)
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,18 +111,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream", metavar="URL", help="base URL /async calls (default: no /async)")
     parser.add_argument("--dask-scheduler", metavar="tcp://HOST:PORT",
                         help="the Dask scheduler /distributed submits to (default: no /distributed)")  # fmt: skip
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="forked processes, each with pools of the sizes given (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--accept", choices=("all", "dispatch"), default="all",
+                        help="forked: every child accepts (Tornado's own), or the parent accepts and hands each "
+                             "connection to the next child in turn (default: %(default)s)")  # fmt: skip
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if min(args.thread_pool, args.process_pool + 1, args.interpreter_pool + 1) < 1:
-        parser.error("--thread-pool takes 1 or more, --process-pool and --interpreter-pool 0 or more")
+    if min(args.thread_pool, args.process_pool + 1, args.interpreter_pool + 1) < 1 or not 1 <= args.processes <= 64:
+        parser.error("--thread-pool takes 1 or more, --process-pool and --interpreter-pool 0 or more, "
+                     "--processes 1 to 64")  # fmt: skip
     if args.settled_collector:
         collector.settle()
     pools = FloorPools(args.thread_pool, args.process_pool, args.interpreter_pool, args.upstream, args.dask_scheduler)
-    asyncio.run(serve(args.host, args.port, pools))
+    sockets = bind_sockets(args.port, args.host, backlog=LISTEN_BACKLOG)
+    if args.processes == 1:
+        asyncio.run(serve(sockets, pools))
+        return
+
+    def child(listeners: Sequence[socket.socket], channel: socket.socket | None, ready: Callable[[], None]) -> None:
+        asyncio.run(serve(listeners, pools, channel, ready))  # (its pools made in the child, after the fork)
+
+    serve_forked(sockets, args.processes, args.accept, child, url_of(sockets[0]))
 
 
 if __name__ == "__main__":

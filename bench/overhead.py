@@ -20,8 +20,10 @@ gil     /ping during ten GIL-bound /threading/count?n=--gil-load requests
         (bench/lib/convoy.py), on each side with the same thread pool:
         the probes' median and longest, lab / floor.
 accept  Two forked labs of its own (--processes 2), --accept dispatch and
-        --accept all: ab -i (HEAD /ping, a new connection each), requests per
-        second, dispatch / all. Not with --url.
+        --accept all, and the floor forked the same two ways (a bare parent
+        that only accepts and sends each connection to the next child:
+        what the hop itself costs): ab -i (HEAD /ping, a new connection
+        each), requests per second, dispatch / all for each. Not with --url.
 instruments  Each of the lab's instruments alone, in this process
         (bench/lib/meters.py): microseconds per call of the clocks, a
         schedstat read, the core and GIL meters, the board, the counters, the
@@ -125,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def progress(row: dict[str, Any]) -> None:
-    what = row.get("route") or ("accept" if "policy" in row else "gil")
+    what = row.get("route") or (f"accept ({row['server']})" if "policy" in row else "gil")
     shown = {key: row[key] for key in ("us_per_request", "per_second", "ping_median_ms", "ping_max_ms") if key in row}
     print(f"round {row['round']} {row['side']:<8} {what} c={row.get('concurrency', '-')} {shown}", file=sys.stderr)
 
@@ -206,22 +208,27 @@ def gil_round(args: argparse.Namespace, base: str, path: str) -> dict[str, Any]:
 
 
 def accept(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Forked labs with --accept all and dispatch: HEAD /ping, a new connection each, alternating."""
-    bases = {}
+    """Forked labs with --accept all and dispatch, and the floor forked both ways (bench/lib/floor_fork.py): HEAD
+    /ping, a new connection each; each server's two policies back to back, their order flipped each round."""
+    bases: dict[tuple[str, str], str] = {}
     with tempfile.TemporaryDirectory(prefix="overhead-accept-") as tmp, ExitStack() as stack:
         for policy in POLICIES:
             flags = [*shlex.split(args.server_args), "--processes", "2", "--accept", policy]
-            bases[policy] = stack.enter_context(LocalServer(flags, Path(tmp) / f"{policy}.log")).url
+            bases["lab", policy] = stack.enter_context(LocalServer(flags, Path(tmp) / f"{policy}.log")).url
+            floor_flags = ["--thread-pool", "1", "--processes", "2", "--accept", policy]
+            bases["floor", policy] = stack.enter_context(floor_server(Path(tmp), floor_flags, f"floor-{policy}"))[0]
         for base in bases.values():
             ab_batch(f"{base}/ping", concurrency=max(args.concurrency), seconds=1, keep_alive=False, head=True,
                      timeout=args.timeout)  # fmt: skip
 
-        def one(c: int, policy: str) -> dict[str, Any]:
-            batch = ab_batch(f"{bases[policy]}/ping", concurrency=c, seconds=args.seconds, keep_alive=False,
+        def one(item: tuple[str, int], policy: str) -> dict[str, Any]:
+            server, c = item
+            batch = ab_batch(f"{bases[server, policy]}/ping", concurrency=c, seconds=args.seconds, keep_alive=False,
                              head=True, timeout=args.timeout)  # fmt: skip
-            return {"policy": policy, "concurrency": c, **batch.row()}
+            return {"server": server, "policy": policy, "concurrency": c, **batch.row()}
 
-        return alternate(args.concurrency, POLICIES, args.rounds, one, progress)
+        items = [(server, c) for c in args.concurrency for server in SIDES[::-1]]
+        return alternate(items, POLICIES, args.rounds, one, progress)
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ def test_against_a_running_lab_each_round_measures_both_sides_and_the_lab_gets_e
     assert "| route | c | floor µs | lab µs | by round | lab/floor |" in text and "commit" in text
 
 
-@pytest.mark.timeout(400)  # three labs of its own (one, then two forked) and a floor
+@pytest.mark.timeout(400)  # three labs of its own (one, then two forked) and three floors (one, two forked)
 def test_on_its_own_it_starts_the_lab_the_floor_and_the_forked_labs_and_stops_them_all(tmp_path: Path) -> None:
     argv = [*OVERHEAD, "--server-args", "--process-pool 1", "--routes", "ping", "--concurrency", "2", "--rounds", "2",
             "--seconds", "1", "--parts", "hops,accept", "--out", str(tmp_path)]  # fmt: skip
@@ -183,7 +183,11 @@ def test_on_its_own_it_starts_the_lab_the_floor_and_the_forked_labs_and_stops_th
         assert tracked.process.returncode == 0, stderr
         assert tracked.survivors() == []
     doc = json.loads((tmp_path / "overhead.json").read_text())
-    assert [(r["round"], r["side"]) for r in doc["accept"]] == [(1, "all"), (1, "dispatch"), (2, "dispatch"),
-                                                                 (2, "all")]  # fmt: skip
+    # Each server's two policies back to back, the lab's then the floor's (forked too, a bare parent dispatching).
+    assert [(r["round"], r["server"], r["side"]) for r in doc["accept"]] == [
+        (1, "lab", "all"), (1, "lab", "dispatch"), (1, "floor", "all"), (1, "floor", "dispatch"),
+        (2, "lab", "dispatch"), (2, "lab", "all"), (2, "floor", "dispatch"), (2, "floor", "all"),
+    ]  # fmt: skip
     assert all(r["requests"] > 0 and r["failed"] == 0 for r in doc["accept"])
-    assert "dispatch/all" in stdout and doc["summaries"]["accept"][0]["ratios"]
+    assert "dispatch/all" in stdout
+    assert [(row["server"], len(row["ratios"])) for row in doc["summaries"]["accept"]] == [("lab", 2), ("floor", 2)]

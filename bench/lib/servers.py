@@ -271,10 +271,10 @@ class LocalServer:
 
 
 @contextlib.contextmanager
-def floor_server(folder: Path, flags: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
-    """The bare Tornado floor (bench/bare_server.py) on a free port, in its own session; its (url, pid), stopped
-    with its group however the run ends."""
-    log_path = folder / "floor.log"
+def floor_server(folder: Path, flags: Sequence[str] = (), name: str = "floor") -> Iterator[tuple[str, int]]:
+    """The bare Tornado floor (bench/bare_server.py) on a free port, in its own session, logging to
+    `folder`/`name`.log; its (url, pid), stopped with its group however the run ends."""
+    log_path = folder / f"{name}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0", *flags], cwd=ROOT,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

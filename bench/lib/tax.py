@@ -149,21 +149,26 @@ def _nth(values: Sequence[float], index: int) -> float | None:
 
 
 def accept_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per concurrency: requests per second with each policy, and dispatch / all round by round."""
-    by_round = ratios(rows, "per_second", ("dispatch", "all"), lambda r: r["concurrency"])
+    """Per server (the lab, the floor) and concurrency: requests per second with each policy, and dispatch / all
+    round by round."""
+    by_round = ratios(rows, "per_second", ("dispatch", "all"), lambda r: (r.get("server", "lab"), r["concurrency"]))
+
+    def rates(server: str, c: int, policy: str) -> float | None:
+        return _median([r["per_second"] for r in rows
+                        if (r.get("server", "lab"), r["concurrency"], r["side"]) == (server, c, policy)])  # fmt: skip
+
     return [
         {
+            "server": server,
             "concurrency": c,
-            "all_per_s": _median([r["per_second"] for r in rows if (r["concurrency"], r["side"]) == (c, "all")]),
-            "dispatch_per_s": _median(
-                [r["per_second"] for r in rows if (r["concurrency"], r["side"]) == (c, "dispatch")]
-            ),
+            "all_per_s": rates(server, c, "all"),
+            "dispatch_per_s": rates(server, c, "dispatch"),
             "ratios": found["rounds"],
             "ratio": found["median"],
             "client_cpu_share": max(r["client_cpu_share"] for r in rows if r["concurrency"] == c),
-            "failed": sum(r["failed"] for r in rows if r["concurrency"] == c),
+            "failed": sum(r["failed"] for r in rows if (r.get("server", "lab"), r["concurrency"]) == (server, c)),
         }
-        for c, found in by_round.items()
+        for (server, c), found in sorted(by_round.items(), key=lambda item: (item[0][1], item[0][0] != "lab"))
     ]
 
 
@@ -196,7 +201,7 @@ GIL_COLUMNS = (
     Column("max_ratio", "lab/floor"), Column("pings", "pings", "{}"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
 ACCEPT_COLUMNS = (
-    Column("concurrency", "c", "{:d}"),
+    Column("server", "server", "{}"), Column("concurrency", "c", "{:d}"),
     Column("all_per_s", "all req/s", "{:.0f}"), Column("dispatch_per_s", "dispatch req/s", "{:.0f}"),
     RATIOS, Column("ratio", "dispatch/all"), Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
@@ -207,7 +212,10 @@ TITLES = {
         HOP_COLUMNS,
     ),
     "gil": ("gil: /ping during ten GIL-bound /threading requests", GIL_COLUMNS),
-    "accept": ("accept: HEAD /ping, a new connection each, --processes 2", ACCEPT_COLUMNS),
+    "accept": (
+        "accept: HEAD /ping, a new connection each, --processes 2; the floor's dispatch is a bare parent's hop",
+        ACCEPT_COLUMNS,
+    ),
     "instruments": ("instruments: each alone, in the bench's own process", INSTRUMENT_COLUMNS),
 }
 

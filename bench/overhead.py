@@ -24,6 +24,11 @@ accept  Two forked labs of its own (--processes 2), --accept dispatch and
         that only accepts and sends each connection to the next child:
         what the hop itself costs): ab -i (HEAD /ping, a new connection
         each), requests per second, dispatch / all for each. Not with --url.
+noise   The floor against a copy of itself (a second bare_server.py, the
+        same flags), /ping at each concurrency, alternating as hops does:
+        copy / floor per round, which would be 1.00 on a quiet host. How far
+        it strays is how far any other ratio of the run can stray with
+        nothing to do with the lab.
 instruments  Each of the lab's instruments alone, in this process
         (bench/lib/meters.py): microseconds per call of the clocks, a
         schedstat read, the core and GIL meters, the board, the counters, the
@@ -60,8 +65,9 @@ from bench.lib.servers import LocalServer, floor_server, lab_server, own_cpu
 from bench.lib.sizing.outside import switches_between, thread_switches
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
-PARTS = ("hops", "gil", "accept", "instruments")
+PARTS = ("hops", "gil", "noise", "accept", "instruments")
 SIDES = ("floor", "lab")
+NOISE_SIDES = ("floor", "copy")
 POLICIES = ("all", "dispatch")
 
 
@@ -135,7 +141,7 @@ def progress(row: dict[str, Any]) -> None:
 def measure(args: argparse.Namespace, command: str) -> None:
     """The lab (its own or --url's) and the floor beside it, then the forked labs; the tables and files."""
     doc: dict[str, Any] = {"command": command, "url": args.url, "parts": args.parts, "rounds": args.rounds}
-    if {"hops", "gil"} & set(args.parts):
+    if {"hops", "gil", "noise"} & set(args.parts):
         beside_the_floor(args, doc)
     if "accept" in args.parts and args.url:
         doc.setdefault("skipped", []).append("accept: it starts forked labs of its own, not with --url")
@@ -171,6 +177,16 @@ def beside_the_floor(args: argparse.Namespace, doc: dict[str, Any]) -> None:
             path = f"/threading/count?n={args.gil_load}"
             doc["gil"] = alternate([path], SIDES, args.rounds, lambda p, side: gil_round(args, servers[side][0], p),
                                    progress)  # fmt: skip
+        if "noise" in args.parts:
+            copy, copy_pid = stack.enter_context(floor_server(Path(tmp), flags, "floor-copy"))
+            servers["copy"] = (copy, [copy_pid])
+            doc["noise"] = noise(args, servers)
+
+
+def noise(args: argparse.Namespace, servers: dict[str, tuple[str, list[int]]]) -> list[dict[str, Any]]:
+    """The floor's /ping against its copy's, as hops measures the lab against the floor."""
+    pair = {side: servers[side] for side in NOISE_SIDES}
+    return hops(args, [Target("ping", "/ping")], pair, [], NOISE_SIDES)
 
 
 def hops(
@@ -178,6 +194,7 @@ def hops(
     targets: Sequence[Target],
     servers: dict[str, tuple[str, list[int]]],
     warmups: list[dict[str, Any]],
+    sides: tuple[str, str] = SIDES,
 ) -> list[dict[str, Any]]:
     """Every target at every concurrency on both sides, alternating, after an unmeasured batch each (`warmups`)."""
     items = [(target, c) for target in targets for c in args.concurrency]
@@ -199,7 +216,7 @@ def hops(
             "server_switches": round(switches / n, 2) if n else None,
         }  # fmt: skip
 
-    return alternate(items, SIDES, args.rounds, one, progress)
+    return alternate(items, sides, args.rounds, one, progress)
 
 
 def gil_round(args: argparse.Namespace, base: str, path: str) -> dict[str, Any]:

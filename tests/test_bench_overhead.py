@@ -12,7 +12,7 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
-from bench.lib.tax import gil_summary, hop_summary
+from bench.lib.tax import gil_summary, hop_summary, noise_summary
 from lab import ROOT
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
@@ -71,6 +71,18 @@ def test_the_hop_summary_takes_the_cpu_ratio_round_by_round_too() -> None:
     assert summary["cpu_lab_floor"] == 1.4
     assert (summary["floor_cpu_us"], summary["lab_cpu_us"]) == (300.0, 360.0)
     assert (summary["floor_switches"], summary["lab_switches"]) == (None, None)  # (rows from before they were kept)
+
+
+def test_the_noise_summary_is_the_copy_over_the_floor_round_by_round() -> None:
+    rows = [
+        {"round": 1, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "failed": 0},
+        {"round": 1, "side": "copy", "concurrency": 1, "us_per_request": 120.0, "failed": 0},
+        {"round": 2, "side": "copy", "concurrency": 1, "us_per_request": 90.0, "failed": 1},
+        {"round": 2, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "failed": 0},
+    ]
+    [row] = noise_summary(rows)
+    assert row["ratios"] == [1.2, 0.9] and row["ratio"] == pytest.approx(1.05) and row["failed"] == 1
+    assert (row["floor_us"], row["copy_us"]) == (100.0, 105.0)
 
 
 def test_a_round_missing_a_side_has_no_ratio() -> None:
@@ -177,12 +189,17 @@ def test_against_a_running_lab_each_round_measures_both_sides_and_the_lab_gets_e
 @pytest.mark.timeout(400)  # three labs of its own (one, then two forked) and three floors (one, two forked)
 def test_on_its_own_it_starts_the_lab_the_floor_and_the_forked_labs_and_stops_them_all(tmp_path: Path) -> None:
     argv = [*OVERHEAD, "--server-args", "--process-pool 1", "--routes", "ping", "--concurrency", "2", "--rounds", "2",
-            "--seconds", "1", "--parts", "hops,accept", "--out", str(tmp_path)]  # fmt: skip
+            "--seconds", "1", "--parts", "hops,noise,accept", "--out", str(tmp_path)]  # fmt: skip
     with Tracked(argv) as tracked:
         stdout, stderr = tracked.communicate(timeout=380)
         assert tracked.process.returncode == 0, stderr
         assert tracked.survivors() == []
     doc = json.loads((tmp_path / "overhead.json").read_text())
+    # The floor against its copy, alternating as the lab against the floor: the run's own noise.
+    assert [(r["round"], r["side"], r["route"]) for r in doc["noise"]] == [
+        (1, "floor", "ping"), (1, "copy", "ping"), (2, "copy", "ping"), (2, "floor", "ping")]  # fmt: skip
+    assert doc["summaries"]["noise"][0]["concurrency"] == 2 and len(doc["summaries"]["noise"][0]["ratios"]) == 2
+    assert "copy/floor" in stdout
     # Each server's two policies back to back, the lab's then the floor's (forked too, a bare parent dispatching).
     assert [(r["round"], r["server"], r["side"]) for r in doc["accept"]] == [
         (1, "lab", "all"), (1, "lab", "dispatch"), (1, "floor", "all"), (1, "floor", "dispatch"),

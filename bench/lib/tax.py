@@ -120,6 +120,23 @@ def hop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def noise_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per concurrency: the floor's /ping and its copy's, median over the rounds, and copy / floor round by
+    round (1.00 on a quiet host)."""
+    by_round = ratios(rows, "us_per_request", ("copy", "floor"), lambda r: int(r["concurrency"]))
+    return [
+        {
+            "concurrency": c,
+            "floor_us": _median([r["us_per_request"] for r in rows if (r["concurrency"], r["side"]) == (c, "floor")]),
+            "copy_us": _median([r["us_per_request"] for r in rows if (r["concurrency"], r["side"]) == (c, "copy")]),
+            "ratios": found["rounds"],
+            "ratio": found["median"],
+            "failed": sum(r["failed"] for r in rows if r["concurrency"] == c),
+        }
+        for c, found in by_round.items()
+    ]
+
+
 def gil_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per round: each side's /ping median and longest during the convoy, and lab / floor of each."""
     if not rows:
@@ -176,6 +193,7 @@ def summaries(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {
         "hops": hop_summary(doc.get("hops", [])),
         "gil": gil_summary(doc.get("gil", [])),
+        "noise": noise_summary(doc.get("noise", [])),
         "accept": accept_summary(doc.get("accept", [])),
         "instruments": list(doc.get("instruments", [])),
     }
@@ -205,6 +223,11 @@ ACCEPT_COLUMNS = (
     Column("all_per_s", "all req/s", "{:.0f}"), Column("dispatch_per_s", "dispatch req/s", "{:.0f}"),
     RATIOS, Column("ratio", "dispatch/all"), Column("client_cpu_share", "ab CPU"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
+NOISE_COLUMNS = (
+    Column("concurrency", "c", "{:d}"),
+    Column("floor_us", "floor µs", "{:.0f}"), Column("copy_us", "copy µs", "{:.0f}"),
+    RATIOS, Column("ratio", "copy/floor"), Column("failed", "failed", "{:d}"),
+)  # fmt: skip
 INSTRUMENT_COLUMNS = (Column("instrument", "instrument", "{}"), Column("us_per_call", "µs per call"))
 TITLES = {
     "hops": (
@@ -212,6 +235,10 @@ TITLES = {
         HOP_COLUMNS,
     ),
     "gil": ("gil: /ping during ten GIL-bound /threading requests", GIL_COLUMNS),
+    "noise": (
+        "noise: the floor's /ping against a copy of itself; 1.00 on a quiet host, and any ratio above can stray as far",
+        NOISE_COLUMNS,
+    ),
     "accept": (
         "accept: HEAD /ping, a new connection each, --processes 2; the floor's dispatch is a bare parent's hop",
         ACCEPT_COLUMNS,

@@ -75,13 +75,14 @@ def test_the_hop_summary_takes_the_cpu_ratio_round_by_round_too() -> None:
 
 def test_the_noise_summary_is_the_copy_over_the_floor_round_by_round() -> None:
     rows = [
-        {"round": 1, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "failed": 0},
-        {"round": 1, "side": "copy", "concurrency": 1, "us_per_request": 120.0, "failed": 0},
-        {"round": 2, "side": "copy", "concurrency": 1, "us_per_request": 90.0, "failed": 1},
-        {"round": 2, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "failed": 0},
+        {"round": 1, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "server_cpu_us": 50, "failed": 0},
+        {"round": 1, "side": "copy", "concurrency": 1, "us_per_request": 120.0, "server_cpu_us": 60, "failed": 0},
+        {"round": 2, "side": "copy", "concurrency": 1, "us_per_request": 90.0, "server_cpu_us": 50, "failed": 1},
+        {"round": 2, "side": "floor", "concurrency": 1, "us_per_request": 100.0, "server_cpu_us": 40, "failed": 0},
     ]
     [row] = noise_summary(rows)
     assert row["ratios"] == [1.2, 0.9] and row["ratio"] == pytest.approx(1.05) and row["failed"] == 1
+    assert row["cpu_ratio"] == pytest.approx((1.2 + 1.25) / 2)
     assert (row["floor_us"], row["copy_us"]) == (100.0, 105.0)
 
 

@@ -124,6 +124,7 @@ def noise_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per concurrency: the floor's /ping and its copy's, median over the rounds, and copy / floor round by
     round (1.00 on a quiet host)."""
     by_round = ratios(rows, "us_per_request", ("copy", "floor"), lambda r: int(r["concurrency"]))
+    cpu_by_round = ratios(rows, "server_cpu_us", ("copy", "floor"), lambda r: int(r["concurrency"]))
     return [
         {
             "concurrency": c,
@@ -131,6 +132,7 @@ def noise_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "copy_us": _median([r["us_per_request"] for r in rows if (r["concurrency"], r["side"]) == (c, "copy")]),
             "ratios": found["rounds"],
             "ratio": found["median"],
+            "cpu_ratio": cpu_by_round.get(c, {}).get("median"),
             "failed": sum(r["failed"] for r in rows if r["concurrency"] == c),
         }
         for c, found in by_round.items()
@@ -226,7 +228,7 @@ ACCEPT_COLUMNS = (
 NOISE_COLUMNS = (
     Column("concurrency", "c", "{:d}"),
     Column("floor_us", "floor µs", "{:.0f}"), Column("copy_us", "copy µs", "{:.0f}"),
-    RATIOS, Column("ratio", "copy/floor"), Column("failed", "failed", "{:d}"),
+    RATIOS, Column("ratio", "copy/floor"), Column("cpu_ratio", "CPU copy/floor"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
 INSTRUMENT_COLUMNS = (Column("instrument", "instrument", "{}"), Column("us_per_call", "µs per call"))
 TITLES = {

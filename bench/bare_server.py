@@ -43,31 +43,34 @@ async def serve(
     ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve from `sockets` and from connections arriving down `channel` (a dispatched child's) until a stop
-    signal; `ready` once the pools are warm (else the start-up line)."""
-    await pools.start()
-    server = HTTPServer(make_floor_app(pools))
-    server.add_sockets(sockets)
-    if channel is not None:
-        take_from(channel, server)
-    if ready is None:
-        # The same words as the lab's start-up line, so bench.lib.servers.wait_ready reads both alike;
-        # written once the pools are warm, so that a bench may time the first request.
-        print(f"serving on {url_of(sockets[0])}/", flush=True)
-    else:
-        ready()
+    signal (or the channel's end: its parent has gone); `ready` once the pools are warm (else the start-up
+    line). Its pools are closed however it ends."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    server.stop()
-    await server.close_all_connections()
-    await pools.close()
+    try:
+        await pools.start()
+        server = HTTPServer(make_floor_app(pools))
+        server.add_sockets(sockets)
+        if channel is not None:
+            take_from(channel, server, stop.set)
+        if ready is None:
+            # The same words as the lab's start-up line, so bench.lib.servers.wait_ready reads both alike;
+            # written once the pools are warm, so that a bench may time the first request.
+            print(f"serving on {url_of(sockets[0])}/", flush=True)
+        else:
+            ready()
+        await stop.wait()
+        server.stop()
+        await server.close_all_connections()
+    finally:
+        await pools.close()
 
 
-def take_from(channel: socket.socket, server: HTTPServer) -> None:
+def take_from(channel: socket.socket, server: HTTPServer, parent_gone: Callable[[], None]) -> None:
     """Serve each connection the dispatching parent sends down `channel` (bench/lib/floor_fork.py), as
-    accepting would."""
+    accepting would; `parent_gone` when the channel ends."""
     channel.setblocking(False)
 
     def receive(fd: int, events: int) -> None:
@@ -76,8 +79,9 @@ def take_from(channel: socket.socket, server: HTTPServer) -> None:
                 message, fds, _, _ = socket.recv_fds(channel, 16, BATCH)
             except BlockingIOError:
                 return
-            if not message and not fds:  # the parent has gone
+            if not message and not fds:
                 IOLoop.current().remove_handler(fd)
+                parent_gone()
                 return
             for descriptor in fds:
                 connection = socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor)

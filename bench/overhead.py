@@ -4,8 +4,9 @@
     python -m bench.overhead --url http://127.0.0.1:8000      # a running lab (the floor sized from its /stats)
     python -m bench.overhead --routes ping,threading --concurrency 10 --rounds 5 --parts hops
 
-Three parts, each in alternating rounds (bench/lib/alternate.py: both sides
-back to back, their order flipped each round, the ratio taken per round):
+Five parts, the first four in alternating rounds (bench/lib/alternate.py:
+both sides back to back, their order flipped each round, the ratio taken per
+round), in this order:
 
 hops    For every route (/ping, /{mode}/count?n=1, /async?delay=0.01) and
         concurrency, ab (bench/lib/ab.py, keep-alive) for --seconds against
@@ -19,16 +20,16 @@ hops    For every route (/ping, /{mode}/count?n=1, /async?delay=0.01) and
 gil     /ping during ten GIL-bound /threading/count?n=--gil-load requests
         (bench/lib/convoy.py), on each side with the same thread pool:
         the probes' median and longest, lab / floor.
-accept  Two forked labs of its own (--processes 2), --accept dispatch and
-        --accept all, and the floor forked the same two ways (a bare parent
-        that only accepts and sends each connection to the next child:
-        what the hop itself costs): ab -i (HEAD /ping, a new connection
-        each), requests per second, dispatch / all for each. Not with --url.
 noise   The floor against a copy of itself (a second bare_server.py, the
         same flags), /ping at each concurrency, alternating as hops does:
         copy / floor per round, which would be 1.00 on a quiet host. How far
         it strays is how far any other ratio of the run can stray with
         nothing to do with the lab.
+accept  Two forked labs of its own (--processes 2), --accept dispatch and
+        --accept all, and the floor forked the same two ways (a bare parent
+        that only accepts and sends each connection to the next child:
+        what the hop itself costs): ab -i (HEAD /ping, a new connection
+        each), requests per second, dispatch / all for each. Not with --url.
 instruments  Each of the lab's instruments alone, in this process
         (bench/lib/meters.py): microseconds per call of the clocks, a
         schedstat read, the core and GIL meters, the board, the counters, the

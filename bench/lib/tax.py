@@ -184,7 +184,9 @@ def accept_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "dispatch_per_s": rates(server, c, "dispatch"),
             "ratios": found["rounds"],
             "ratio": found["median"],
-            "client_cpu_share": max(r["client_cpu_share"] for r in rows if r["concurrency"] == c),
+            "client_cpu_share": max(
+                r["client_cpu_share"] for r in rows if (r.get("server", "lab"), r["concurrency"]) == (server, c)
+            ),
             "failed": sum(r["failed"] for r in rows if (r.get("server", "lab"), r["concurrency"]) == (server, c)),
         }
         for (server, c), found in sorted(by_round.items(), key=lambda item: (item[0][1], item[0][0] != "lab"))

@@ -158,8 +158,12 @@ def _parent(listeners: list[socket.socket], channels: list[socket.socket], stop_
         selector.register(sock, selectors.EVENT_READ)
     turn = 0
     try:
-        while _reap(children):
-            for key, _ in selector.select(REAP_EVERY_S):
+        while True:
+            events = selector.select(REAP_EVERY_S)
+            # Reaped only when nothing woke it: two waitpid calls a connection would double the hop's system calls.
+            if not events and not _reap(children):
+                return
+            for key, _ in events:
                 if key.fileobj == stop_r:
                     return
                 for _ in range(BATCH):

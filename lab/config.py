@@ -23,6 +23,7 @@ from lab.machine import cpu_count
 from lab.modes.registry import MODES, mode_settings
 from lab.settings import Setting, Values, choices_help, count, seconds
 from lab.web.hosts import allowed_host_arg
+from workloads.ml import LAZY_ENV
 
 T = TypeVar("T")
 
@@ -156,6 +157,16 @@ class Config:
             help="no line per request, whatever its status (4xx and 5xx too; /stats and /metrics count them); "
             "the server's own warnings and errors are still logged (without it: one line per request, quoting "
             "at most 200 characters of its URI)",
+        )
+    )
+    lazy_ml: bool = declare(
+        Setting(
+            "--lazy-ml",
+            default=False,
+            help=f"no scikit-learn until a predict or train runs: each worker (the server's processes, their pool "
+            f"workers, the embedded Dask cluster's) imports it and trains the predict model at its first, inside "
+            f"that run's time, about 2.5 s of CPU, instead of at start-up, where they are three quarters of its CPU "
+            f"(also: {LAZY_ENV}=1 in the environment, which the test suite sets)",
         )
     )
     debug: bool = declare(

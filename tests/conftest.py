@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
@@ -13,10 +14,16 @@ from lab.database import EmbeddedDatabase
 from lab.native import cap_native_threads
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import LabServer
+from workloads.ml import LAZY_ENV
 from workloads.page import database
 
 # Workloads imported in-process by unit tests get the same BLAS cap as the server.
 cap_native_threads()
+
+# Every lab the suite starts, itself or through a bench tool, loads scikit-learn only where a test runs predict or
+# train (server.py --lazy-ml): loading it and training the predict model at start is about 2.5 s of CPU in each
+# server process and pool worker, three quarters of a lab's start-up. tests/test_lazy_ml.py starts labs without.
+os.environ[LAZY_ENV] = "1"
 
 # A suite started in the background of a shell without job control (`make test > log &`, nohup, some CI
 # runners) inherits SIGINT ignored, and so would every tool it starts: bash cannot trap an ignored signal,

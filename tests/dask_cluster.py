@@ -17,6 +17,7 @@ from pathlib import Path
 import distributed
 
 from tests.procs import Watch, wait_for
+from workloads.ml import LAZY_ENV
 
 DASK = str(Path(sys.executable).parent / "dask")
 LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard", "--dashboard-address", "127.0.0.1:0"]
@@ -52,7 +53,9 @@ class DaskCluster:
         with (self.folder / log_name).open("wb") as log:
             process = subprocess.Popen(
                 [DASK, *argv], cwd=self.folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "DASK_TEMPORARY_DIRECTORY": str(self.folder)},
+                # As a user starts one: its workers train the predict model when a lab connects (not lazy, as the
+                # suite's own labs are: tests/conftest.py).
+                env={**os.environ, "DASK_TEMPORARY_DIRECTORY": str(self.folder), LAZY_ENV: "0"},
             )  # fmt: skip
         self.processes.append(process)
         return process

@@ -80,8 +80,28 @@ def test_the_server_process_trains_its_predict_model_at_start_up(monkeypatch: py
     from lab.modes.blocking.runner import BlockingRunner
 
     monkeypatch.setattr(ml, "_model", None)
+    monkeypatch.delenv(ml.LAZY_ENV)  # (the suite's labs are lazy: tests/conftest.py)
     asyncio.run(BlockingRunner("blocking").start())
     assert ml._model is not None
+
+
+def test_a_lazy_server_process_leaves_it_for_the_first_predict(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.modes.blocking.runner import BlockingRunner
+
+    monkeypatch.setattr(ml, "_model", None)
+    monkeypatch.setenv(ml.LAZY_ENV, "1")
+    asyncio.run(BlockingRunner("blocking").start())
+    assert ml._model is None
+    ml.predict(1)
+    assert ml._model is not None
+
+
+def test_the_app_and_the_bench_tools_do_not_load_scikit_learn() -> None:
+    # It costs about 2 s of CPU to import: paid where a predict or train runs, not by every process that lists
+    # the workloads (a forked server's parent, `python -m bench.size --help`).
+    code = "import sys, handlers.app, bench.size, bench.overhead; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_the_param_parser_does_not_load_numpy() -> None:

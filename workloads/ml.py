@@ -1,23 +1,35 @@
-"""scikit-learn work on a dataset that ships inside scikit-learn (no download)."""
+"""scikit-learn work on a dataset that ships inside scikit-learn (no download).
+
+scikit-learn is imported on first use, not with this module: importing it
+costs about 2 s of CPU (it brings SciPy), which every process that lists the
+workloads without running one (a bench tool, a forked server's parent, the
+test suite's workers) would otherwise pay. A worker that runs them pays it in
+its warm-up (workloads/registry.py's warm_up), before anything is timed.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from sklearn.base import ClassifierMixin
-from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
-from sklearn.ensemble import RandomForestClassifier
-from sklearn.model_selection import train_test_split
+if TYPE_CHECKING:
+    import numpy as np
+    from sklearn.base import ClassifierMixin
 
-DATASETS = {
-    "digits": load_digits,
-    "iris": load_iris,
-    "wine": load_wine,
-    "breast_cancer": load_breast_cancer,
-}
+# "1" in the environment of a process whose warm-up leaves scikit-learn for the first predict or train (server.py
+# --lazy-ml sets it for itself and the workers it starts, which inherit it; the test suite sets it for every lab).
+LAZY_ENV = "LAB_LAZY_ML"
+
+
+def lazy() -> bool:
+    """Whether this process's warm-up leaves scikit-learn and the predict model for their first use."""
+    return os.environ.get(LAZY_ENV) == "1"
+
+
+# The datasets by name: each sklearn.datasets' load_<name>.
+DATASETS = ("digits", "iris", "wine", "breast_cancer")
 
 # The model behind `predict`: trained once per process, on first use.
 PREDICT_MODEL_TREES = 100
@@ -26,12 +38,17 @@ PREDICT_MODEL_TREES = 100
 @cache
 def _dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
     # Reading the bundled CSV costs ~20 ms; cache it so `train` measures fitting.
-    x, y = DATASETS[name](return_X_y=True)
+    from sklearn import datasets  # noqa: PLC0415 (on first use: the module's docstring)
+
+    x, y = getattr(datasets, f"load_{name}")(return_X_y=True)
     return x, y
 
 
 def train(dataset: str, trees: int) -> float:
     """Fit a random forest (one thread, fixed seed); return held-out accuracy."""
+    from sklearn.ensemble import RandomForestClassifier  # noqa: PLC0415 (on first use: the module's docstring)
+    from sklearn.model_selection import train_test_split  # noqa: PLC0415
+
     x, y = _dataset(dataset)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0)
     model = RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1)
@@ -48,6 +65,8 @@ def predictor() -> ClassifierMixin:
     global _model
     with _model_lock:  # two threads asking at once must not train twice
         if _model is None:
+            from sklearn.ensemble import RandomForestClassifier  # noqa: PLC0415 (on first use: the docstring)
+
             x, y = _dataset("digits")
             model = RandomForestClassifier(n_estimators=PREDICT_MODEL_TREES, random_state=0, n_jobs=1)
             _model = model.fit(x, y)

@@ -155,11 +155,12 @@ async def await_timed(name: str, params: dict[str, Any]) -> RunRecord:
 
 
 def warm_up() -> int:
-    """Pay a worker's one-off costs (imports, the predict model) before it is timed, and open the calling
-    thread's schedstat file, which workloads/clocks.py keeps open for every run's split. Where that thread
-    runs the jobs (the event loop's for /blocking, a process-pool worker's), its descriptors are the same from
-    its first job on; a Dask worker warms up in a thread of its own, and its task thread opens its file at
-    its first task."""
-    ml.predictor()
+    """Pay a worker's one-off costs (scikit-learn and the predict model, unless ml.lazy()) before it is timed,
+    and open the calling thread's schedstat file, which workloads/clocks.py keeps open for every run's split.
+    Where that thread runs the jobs (the event loop's for /blocking, a process-pool worker's), its descriptors
+    are the same from its first job on; a Dask worker warms up in a thread of its own, and its task thread
+    opens its file at its first task."""
+    if not ml.lazy():
+        ml.predictor()
     thread_core_wait()
     return os.getpid()

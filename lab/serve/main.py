@@ -42,6 +42,7 @@ from lab.serve.services import Services
 from lab.serve.signals import Asked, StopSignals
 from lab.serve.supervisor import Doorway, Forked, Supervisor
 from lab.web.httpserver import LabHTTPServer, make_http_server
+from workloads import ml
 
 log = logging.getLogger("lab.server")
 
@@ -134,9 +135,16 @@ def _say_cores() -> None:
         log.warning("cores: %s", note)
 
 
+def _pass_on(config: Config) -> None:
+    """Into this process's environment, before any worker starts: what each inherits from it."""
+    if config.lazy_ml:
+        os.environ[ml.LAZY_ENV] = "1"  # (workloads/ml.py)
+
+
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
+    _pass_on(config)
     logs.configure()
     _say_cores()
     problem = preflight(config) or (database_preflight(config.database) if config.database else None)

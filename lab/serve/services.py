@@ -21,6 +21,7 @@ from lab.modes.registry import MODES, build_runners
 from lab.runs import KnownRuns
 from lab.web.hosts import AllowedHosts
 from lab.web.lifecycle import Lifecycle
+from workloads import ml
 from workloads.clocks import gil_enabled
 from workloads.page import database
 from workloads.registry import WORKLOADS
@@ -109,6 +110,8 @@ class Services:
         services._publisher.start()
         notes = [note for runner in runners.values() if (note := runner.ready_note())]
         notes += [f"max pending {config.max_pending}", f"job timeout {config.job_timeout:g} s"]
+        if ml.lazy():
+            notes.append("scikit-learn at each worker's first predict or train (--lazy-ml)")
         log.info("ready: %s, upstream %s", ", ".join(notes), config.upstream)
         return services
 
@@ -120,6 +123,7 @@ class Services:
             "forked": config.forked,
             "cpu_count": cpu_count(),
             "gil_enabled": gil_enabled(),
+            "lazy_ml": ml.lazy(),
             **{key: value for runner in self.runners.values() for key, value in runner.facts().items()},
         }
 

@@ -31,9 +31,10 @@ from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
 from bench.lib.floor import FloorPools, make_floor_app
-from bench.lib.floor_fork import BATCH, serve_forked
+from bench.lib.floor_fork import serve_forked
 from lab import collector
 from lab.procs import LISTEN_BACKLOG
+from lab.web.channel import receive_connections
 
 
 async def serve(
@@ -76,15 +77,14 @@ def take_from(channel: socket.socket, server: HTTPServer, parent_gone: Callable[
     def receive(fd: int, events: int) -> None:
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(channel, 16, BATCH)
-            except BlockingIOError:
-                return
-            if not message and not fds:
+                connections = receive_connections(channel)
+            except EOFError:
                 IOLoop.current().remove_handler(fd)
                 parent_gone()
                 return
-            for descriptor in fds:
-                connection = socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor)
+            if connections is None:
+                return
+            for connection in connections:
                 try:
                     address = connection.getpeername()
                 except OSError:  # the client left on the way

@@ -12,7 +12,7 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
-from bench.lib.tax import gil_summary, hop_summary, noise_summary
+from bench.lib.tax import accept_summary, gil_summary, hop_summary, noise_summary
 from lab import ROOT
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
@@ -84,6 +84,21 @@ def test_the_noise_summary_is_the_copy_over_the_floor_round_by_round() -> None:
     assert row["ratios"] == [1.2, 0.9] and row["ratio"] == pytest.approx(1.05) and row["failed"] == 1
     assert row["cpu_ratio"] == pytest.approx((1.2 + 1.25) / 2)
     assert (row["floor_us"], row["copy_us"]) == (100.0, 105.0)
+
+
+def test_the_accept_summary_is_dispatch_over_all_per_server_a_row_without_one_the_labs() -> None:
+    def row(number: int, server: str | None, side: str, rate: float, share: float) -> dict[str, Any]:
+        found = {"round": number, "side": side, "concurrency": 1, "per_second": rate, "client_cpu_share": share,
+                 "failed": 1 if side == "dispatch" else 0}  # fmt: skip
+        return found if server is None else found | {"server": server}
+
+    rows = [row(1, None, "all", 1000, 0.3), row(1, None, "dispatch", 800, 0.4),  # saved before rows had a server
+            row(1, "floor", "all", 1000, 0.5), row(1, "floor", "dispatch", 700, 0.2),
+            row(2, "lab", "dispatch", 900, 0.1), row(2, "lab", "all", 1000, 0.1)]  # fmt: skip
+    lab, floor = accept_summary(rows)
+    assert (lab["server"], lab["ratios"], lab["all_per_s"], lab["dispatch_per_s"]) == ("lab", [0.8, 0.9], 1000, 850)
+    assert (lab["client_cpu_share"], lab["failed"]) == (0.4, 2)
+    assert (floor["server"], floor["ratios"], floor["client_cpu_share"], floor["failed"]) == ("floor", [0.7], 0.5, 1)
 
 
 def test_a_round_missing_a_side_has_no_ratio() -> None:

@@ -36,9 +36,8 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from lab.procs import watch_parent
+from lab.web.channel import BATCH, send_connection
 
-# Connections the parent accepts a wake-up, as the lab's parent (lab/web/channel.py's BATCH).
-BATCH = 64
 # How long a child has to stop after SIGTERM before it is killed.
 STOP_GRACE_S = 5.0
 # How often the parent looks for children that have ended, when nothing else wakes it.
@@ -186,7 +185,7 @@ def _send(channels: list[socket.socket], connection: socket.socket, turn: int) -
     while channels and tried < len(channels):
         index = (turn + tried) % len(channels)
         try:
-            socket.send_fds(channels[index], [bytes((connection.family,))], [connection.fileno()])
+            send_connection(channels[index], connection)
         except BlockingIOError:
             tried += 1  # its loop is busy and its channel full: the next one
             continue

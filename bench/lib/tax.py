@@ -170,26 +170,30 @@ def _nth(values: Sequence[float], index: int) -> float | None:
 def accept_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per server (the lab, the floor) and concurrency: requests per second with each policy, and dispatch / all
     round by round."""
-    by_round = ratios(rows, "per_second", ("dispatch", "all"), lambda r: (r.get("server", "lab"), r["concurrency"]))
 
-    def rates(server: str, c: int, policy: str) -> float | None:
-        return _median([r["per_second"] for r in rows
-                        if (r.get("server", "lab"), r["concurrency"], r["side"]) == (server, c, policy)])  # fmt: skip
+    def pair(row: Mapping[str, Any]) -> tuple[str, int]:
+        return row.get("server", "lab"), row["concurrency"]  # (rows saved before the floor's carry no server)
+
+    by_round = ratios(rows, "per_second", ("dispatch", "all"), pair)
+
+    def rates(key: tuple[str, int], policy: str) -> float | None:
+        return _median([r["per_second"] for r in rows if pair(r) == key and r["side"] == policy])
+
+    def of(key: tuple[str, int]) -> list[Mapping[str, Any]]:
+        return [r for r in rows if pair(r) == key]
 
     return [
         {
-            "server": server,
-            "concurrency": c,
-            "all_per_s": rates(server, c, "all"),
-            "dispatch_per_s": rates(server, c, "dispatch"),
+            "server": key[0],
+            "concurrency": key[1],
+            "all_per_s": rates(key, "all"),
+            "dispatch_per_s": rates(key, "dispatch"),
             "ratios": found["rounds"],
             "ratio": found["median"],
-            "client_cpu_share": max(
-                r["client_cpu_share"] for r in rows if (r.get("server", "lab"), r["concurrency"]) == (server, c)
-            ),
-            "failed": sum(r["failed"] for r in rows if (r.get("server", "lab"), r["concurrency"]) == (server, c)),
+            "client_cpu_share": max(r["client_cpu_share"] for r in of(key)),
+            "failed": sum(r["failed"] for r in of(key)),
         }
-        for (server, c), found in sorted(by_round.items(), key=lambda item: (item[0][1], item[0][0] != "lab"))
+        for key, found in sorted(by_round.items(), key=lambda item: (item[0][1], item[0][0] != "lab"))
     ]
 
 

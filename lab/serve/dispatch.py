@@ -37,7 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from lab.serve.supervisor import POLL_S, Doorway
-from lab.web.channel import BATCH, ChildEnd, Slots
+from lab.web.channel import BATCH, ChildEnd, Slots, send_connection
 from lab.web.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 
 # How soon the loop looks again while connections wait for a channel with room.
@@ -235,7 +235,7 @@ class Dispatch(Doorway):
         for channel in self._by_load():
             assert channel.sock is not None
             try:
-                socket.send_fds(channel.sock, [bytes((connection.family,))], [connection.fileno()])
+                send_connection(channel.sock, connection)
             except BlockingIOError:
                 continue  # its channel is full (its event loop is busy): the next one
             except OSError:

@@ -35,6 +35,25 @@ _LOAD = Struct("d")
 _SLOT_BYTES = 16
 
 
+def send_connection(channel: socket.socket, connection: socket.socket) -> None:
+    """`connection` down `channel`: its descriptor, and its family as the message's one byte (left out, the
+    child's socket() would ask the kernel three questions). Raises as socket.send_fds does."""
+    socket.send_fds(channel, [bytes((connection.family,))], [connection.fileno()])
+
+
+def receive_connections(channel: socket.socket) -> list[socket.socket] | None:
+    """The connections of the next message on the non-blocking `channel`, as send_connection sent them; none
+    for a message whose descriptor never arrived (the kernel drops it when this process is out of descriptors);
+    None when nothing waits. EOFError when the parent's end has closed."""
+    try:
+        message, fds, _, _ = socket.recv_fds(channel, 16, BATCH)
+    except BlockingIOError:
+        return None
+    if not message and not fds:
+        raise EOFError
+    return [socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor) for descriptor in fds]
+
+
 class Slots:
     """Each dispatched child's count of connections received and its occupancy, in shared memory.
 
@@ -101,17 +120,16 @@ class FromParent:
     def _receive(self, fd: int, events: int) -> None:
         while True:
             try:
-                message, fds, _, _ = socket.recv_fds(self.channel, 16, BATCH)
-            except BlockingIOError:
-                return
-            if not message and not fds:  # the parent is gone: watch_parent() stops this process
+                connections = receive_connections(self.channel)
+            except EOFError:  # the parent is gone: watch_parent() stops this process
                 self.close()
                 return
-            if not fds:
+            if connections is None:
+                return
+            if not connections:
                 self._lost()
-            for descriptor in fds:
-                # The family as the parent sent it: left out, socket() would ask the kernel three questions.
-                self._take(socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor))
+            for connection in connections:
+                self._take(connection)
 
     def _lost(self) -> None:
         """A message whose descriptor never arrived: out of descriptors, the kernel drops it (MSG_CTRUNC).

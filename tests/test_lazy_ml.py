@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from bench.lib.servers import LocalServer, _say_lazy
 from tests.conftest import StartServer
 from tests.lab_server import get, pool_stats
 from workloads.ml import KNOWN_ANSWERS, LAZY_ENV
@@ -19,11 +22,15 @@ def loaded_sklearn(pid: int) -> bool:
     return "/sklearn/" in Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_by_default_the_server_and_its_pool_workers_load_it_before_they_are_ready(start_server: StartServer) -> None:
-    lab = start_server("--process-pool", "1", env={LAZY_ENV: "0"})
-    (worker,) = pool_stats(lab.url, "processing")["worker_pids"]
-    assert get(f"{lab.url}/stats").json()["server"]["lazy_ml"] is False
-    assert loaded_sklearn(lab.pid) and loaded_sklearn(worker)
+def test_by_default_every_process_loads_it_before_it_is_ready(start_server: StartServer) -> None:
+    # Forked: the parent imports it once for both children (each then trains its own model).
+    lab = start_server("--processes", "2", "--process-pool", "1", env={LAZY_ENV: "0"})
+    stats = get(f"{lab.url}/stats").json()
+    assert stats["server"]["lazy_ml"] is False
+    children = [int(process["pid"]) for process in stats["processes"]]
+    workers = [pid for process in stats["processes"] for pid in process["pools"]["processing"]["worker_pids"]]
+    assert len(children) == len(workers) == 2
+    assert all(loaded_sklearn(pid) for pid in [lab.pid, *children, *workers])
 
 
 def test_with_lazy_ml_each_worker_loads_it_at_its_first_predict(start_server: StartServer) -> None:
@@ -37,3 +44,10 @@ def test_with_lazy_ml_each_worker_loads_it_at_its_first_predict(start_server: St
     assert loaded_sklearn(worker) and not loaded_sklearn(lab.pid)
     assert get(f"{lab.url}/blocking/predict?rows={ROWS}").json()["result"] == ANSWER
     assert loaded_sklearn(lab.pid)
+
+
+def test_a_bench_tool_says_when_the_labs_it_starts_are_lazy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _say_lazy.cache_clear()  # (once a run: another test of this worker may have said it)
+    with LocalServer(["--process-pool", "1"], tmp_path / "lab.log"):  # lazy: tests/conftest.py
+        pass
+    assert f"lazy about scikit-learn ({LAZY_ENV}=1 or --lazy-ml)" in capsys.readouterr().err

@@ -1,10 +1,12 @@
 """scikit-learn work on a dataset that ships inside scikit-learn (no download).
 
-scikit-learn is imported on first use, not with this module: importing it
+scikit-learn is imported when asked for, not with this module: importing it
 costs about 2 s of CPU (it brings SciPy), which every process that lists the
-workloads without running one (a bench tool, a forked server's parent, the
-test suite's workers) would otherwise pay. A worker that runs them pays it in
-its warm-up (workloads/registry.py's warm_up), before anything is timed.
+workloads without running one (a bench tool, the test suite's workers) would
+otherwise pay. A server imports it before it forks (preload), and each worker
+trains the predict model in its warm-up (workloads/registry.py's warm_up),
+before anything is timed; a lazy one (lazy(): server.py --lazy-ml) leaves
+both to the worker's first predict or train, inside that run's time.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ LAZY_ENV = "LAB_LAZY_ML"
 def lazy() -> bool:
     """Whether this process's warm-up leaves scikit-learn and the predict model for their first use."""
     return os.environ.get(LAZY_ENV) == "1"
+
+
+def preload() -> None:
+    """Import what train and predict use, now: a forked server's parent does, once for all its children."""
+    import sklearn.datasets  # noqa: PLC0415 (the module's docstring)
+    import sklearn.ensemble  # noqa: PLC0415
+    import sklearn.model_selection  # noqa: PLC0415, F401
 
 
 # The datasets by name: each sklearn.datasets' load_<name>.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from types import TracebackType
 import psutil
 
 from lab import ROOT, loopback
+from workloads import ml
 
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 
@@ -226,6 +228,13 @@ def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = 
         yield server.url
 
 
+@functools.cache  # once a run
+def _say_lazy() -> None:
+    print(f"note: the labs this run starts are lazy about scikit-learn ({ml.LAZY_ENV}=1 or --lazy-ml): each "
+          "worker's first predict or train includes loading it, about 2.5 s of CPU, and its timings show it",
+          file=sys.stderr)  # fmt: skip
+
+
 class LocalServer:
     """`server.py --port 0` in its own session, so stopping it takes its whole process group."""
 
@@ -250,6 +259,8 @@ class LocalServer:
         except BaseException:
             self.stop()
             raise
+        if ml.lazy() or "--lazy-ml" in self.flags:
+            _say_lazy()
         return self
 
     def stop(self, grace: float = 5.0) -> None:

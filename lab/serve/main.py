@@ -87,7 +87,7 @@ async def serve(
         log.info("stopped during start-up")
         return True
     services = starting.result()
-    collector.settle()  # numpy, scikit-learn and the app live as long as the process
+    collector.settle()  # numpy, scikit-learn (unless lazy) and the app live as long as the process
     if config.debug:
         autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
     # Fair accept and dispatch both decide from what each process holds; the others need not know.
@@ -135,16 +135,20 @@ def _say_cores() -> None:
         log.warning("cores: %s", note)
 
 
-def _pass_on(config: Config) -> None:
-    """Into this process's environment, before any worker starts: what each inherits from it."""
+def _prepare_workers(config: Config) -> None:
+    """Before any worker starts and before the fork: a lazy lab says so in this process's environment, which
+    every worker inherits (workloads/ml.py); any other imports scikit-learn here, once for all its forked
+    children (each still trains its own predict model: a fit's threads must not meet a fork)."""
     if config.lazy_ml:
-        os.environ[ml.LAZY_ENV] = "1"  # (workloads/ml.py)
+        os.environ[ml.LAZY_ENV] = "1"
+    if not ml.lazy():
+        ml.preload()
 
 
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
-    _pass_on(config)
+    _prepare_workers(config)
     logs.configure()
     _say_cores()
     problem = preflight(config) or (database_preflight(config.database) if config.database else None)

@@ -62,6 +62,12 @@ def _predict_model() -> int | None:
     return None if model is None else id(model)
 
 
+async def _warmed(dask_worker: Any) -> bool:
+    """On a worker: wait for the lab's warm-up there (a worker that joins after the lab connected warms up in
+    the background, and nothing waits for it)."""
+    return await asyncio.to_thread(dask_worker.plugins["lab-warm-up"].warm.wait, 120)
+
+
 def _workloads_origin() -> str:
     """On a worker: where its `workloads` package was imported from."""
     return str(sys.modules["workloads"].__file__)
@@ -129,7 +135,8 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
         assert len(set(origins.values())) == 2, origins
         for origin in origins.values():
             assert origin.startswith(str(cluster.folder / SCRATCH)) and "lab_workloads.zip" in origin, origins
-        # Each worker trained its predict model when the lab connected, and no task trains another.
+        # Each worker trained its predict model in its warm-up, and no task trains another.
+        assert client.run(_warmed) == dict.fromkeys(origins, True)
         models = client.run(_predict_model)
         assert len(models) == 2 and None not in models.values()
         for reply in get_many(copies(f"{lab.url}/distributed/predict?rows=100", 4)):

@@ -146,6 +146,50 @@ def test_a_sigkilled_server_leaves_no_orphans(start_server: StartServer, args) -
     assert lab.survivors() == []
 
 
+# server.py forked, except that each child kills its parent before it starts watching it: as a child forked
+# while a stop's killpg went by, which the signal missed and whose parent then died.
+PARENT_GONE_FIRST = """
+import os, signal, sys, time
+from lab.native import cap_native_threads
+cap_native_threads()
+import lab.serve.main
+from lab.serve.supervisor import Supervisor
+from handlers.app import make_app
+in_child = Supervisor._in_child
+def parent_gone_first(self, *args):
+    parent = os.getppid()
+    os.kill(parent, signal.SIGKILL)
+    while os.getppid() == parent:
+        time.sleep(0.01)
+    return in_child(self, *args)
+Supervisor._in_child = parent_gone_first
+lab.serve.main.main(make_app, sys.argv[1:])
+"""
+
+# The embedded upstream started as server.py starts it, by a process that is gone before it looks.
+UPSTREAM_PARENT_GONE_FIRST = """
+import os, socket, subprocess, sys
+sock = socket.create_server(("127.0.0.1", 0))
+argv = ["--fd", str(sock.fileno()), "--parent", str(os.getpid())]
+subprocess.Popen([sys.executable, "-m", "lab.modes.upstream.server", *argv], pass_fds=[sock.fileno()])
+"""
+
+
+def test_a_forked_child_whose_parent_died_before_it_looked_stops() -> None:
+    argv = [sys.executable, "-c", PARENT_GONE_FIRST, "--port", "0", "--processes", "2", "--process-pool", "1"]
+    with Tracked(argv) as run:
+        run.communicate(timeout=60)  # its output ends when the orphaned child does: a timeout, if it serves on
+        assert run.process.returncode == -signal.SIGKILL
+        assert run.survivors() == []
+
+
+def test_an_upstream_whose_server_died_before_it_looked_stops() -> None:
+    with Tracked([sys.executable, "-c", UPSTREAM_PARENT_GONE_FIRST]) as run:
+        _, stderr = run.communicate(timeout=60)  # (as above: the upstream holds the output open)
+        assert run.process.returncode == 0 and stderr == ""
+        assert run.survivors() == []
+
+
 # server.py, except that the stop arrives the moment stop signals are deferred:
 # before binding, the upstream and any fork. A single server can only learn of it
 # from what serve() finds noted; a forked one's parent forks no child at all

@@ -176,16 +176,17 @@ class Supervisor:
         # Stop signals wait while the child is made: in the parent, a stop must find the new child in
         # `children`; in the child, it must find the child's own handlers, not the parent's.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        parent = os.getpid()
         try:
             pid = os.fork()
             if pid == 0:
-                raise InChild(Forked(task_id, self._in_child(task_id)))
+                raise InChild(Forked(task_id, self._in_child(task_id, parent)))
             self.children[task_id] = pid
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self.doorway.forked(task_id, pid)
 
-    def _in_child(self, task_id: int) -> ChildEnd | None:
+    def _in_child(self, task_id: int, parent: int) -> ChildEnd | None:
         # Its own stop-signal handling first: until then a signal would run the parent's, on its siblings.
         self.signals.defer()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -195,7 +196,9 @@ class Supervisor:
         os.close(self._wake_r)
         os.close(self._wake_w)
         random.seed()  # not the parent's sequence (tornado.process.fork_processes does the same)
-        watch_parent()  # no process outlives its parent
+        # No process outlives its parent: the one it was forked from, named, for a parent killed before this line
+        # (a stop's killpg that a fork in flight escaped) leaves getppid() naming whoever adopted the child.
+        watch_parent(parent=parent)
         return channel
 
     def _reap(self) -> None:

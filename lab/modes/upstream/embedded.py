@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -35,8 +36,9 @@ class EmbeddedUpstream:
         idle = ["--idle-timeout", repr(idle_timeout)] if idle_timeout is not None else []
         with socket.create_server((host, 0), backlog=LISTEN_BACKLOG) as sock:
             port = sock.getsockname()[1]
+            argv = ["--fd", str(sock.fileno()), "--parent", str(os.getpid()), *idle]
             process = subprocess.Popen(
-                [sys.executable, "-m", "lab.modes.upstream.server", "--fd", str(sock.fileno()), *idle],
+                [sys.executable, "-m", "lab.modes.upstream.server", *argv],
                 pass_fds=[sock.fileno()],
                 cwd=ROOT,
             )

@@ -82,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     where.add_argument("--fd", type=int, help="serve on this inherited listening socket")
     where.add_argument("--port", type=int, help="bind 127.0.0.1:PORT")
     parser.add_argument(
+        "--parent",
+        type=int,
+        metavar="PID",
+        help="with --fd: the server that started it, which it goes with (default: its parent when it looks)",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=float,
         default=IDLE_CONNECTION_TIMEOUT_S,
@@ -95,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Started by server.py: Ctrl-C is the server's to handle (it stops us
         # after its in-flight /async requests), and we go if it goes.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        watch_parent()
+        # Named: a server killed during this process's imports leaves getppid() naming whoever adopted it.
+        watch_parent(parent=args.parent)
         sock = socket.socket(fileno=args.fd)
     else:
         sock = socket.create_server(("127.0.0.1", args.port))

@@ -156,10 +156,13 @@ import lab.serve.main
 from lab.serve.supervisor import Supervisor
 from handlers.app import make_app
 in_child = Supervisor._in_child
+supervisor = os.getpid()
 def parent_gone_first(self, *args):
-    parent = os.getppid()
-    os.kill(parent, signal.SIGKILL)
-    while os.getppid() == parent:
+    try:
+        os.kill(supervisor, signal.SIGKILL)
+    except ProcessLookupError:  # (the other child's was first)
+        pass
+    while os.getppid() == supervisor:
         time.sleep(0.01)
     return in_child(self, *args)
 Supervisor._in_child = parent_gone_first

@@ -19,18 +19,18 @@ log = logging.getLogger(__name__)
 LISTEN_BACKLOG = 1024
 
 
-def watch_parent(interval: float = 0.5, *, parent: int | None = None) -> None:
-    """Send ourselves SIGTERM when our parent dies, so no process is ever orphaned.
+def watch_parent(parent: int, interval: float = 0.5) -> None:
+    """Send ourselves SIGTERM when `parent` is no longer our parent, so no process is ever orphaned.
 
     A SIGKILLed server cannot tell its children anything; polling getppid()
     is the portable way for them to notice (prctl(PR_SET_PDEATHSIG) is
     Linux-only and fires when the parent *thread* exits). Each process's own
-    SIGTERM handling then decides how gracefully to go. `parent`: the pid the
-    parent had when it started us; a process that starts watching only after
-    seconds of imports (a pool worker) may find its parent gone already, and
-    getppid() would then name whoever adopted it.
+    SIGTERM handling then decides how gracefully to go. `parent` is the pid
+    the parent had when it started us, known to it before the fork or the
+    spawn, never getppid() once here: a process whose parent died before it
+    looked (during a pool worker's imports, or a fork that a stop's killpg
+    missed) would find whoever adopted it there, and watch that for ever.
     """
-    parent = os.getppid() if parent is None else parent
 
     def watch() -> None:
         while os.getppid() == parent:

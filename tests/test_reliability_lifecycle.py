@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lab import ROOT
 from lab.errors import LabError
 from lab.instruments.stats import RequestStats
 from lab.web.lifecycle import ClientGone, Lifecycle, RequestLife
@@ -184,6 +186,12 @@ def test_a_forked_child_whose_parent_died_before_it_looked_stops() -> None:
         run.communicate(timeout=60)  # its output ends when the orphaned child does: a timeout, if it serves on
         assert run.process.returncode == -signal.SIGKILL
         assert run.survivors() == []
+
+
+def test_an_upstream_on_an_inherited_socket_must_be_told_whom_it_goes_with() -> None:
+    done = subprocess.run([sys.executable, "-m", "lab.modes.upstream.server", "--fd", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "--fd needs --parent" in done.stderr
 
 
 def test_an_upstream_whose_server_died_before_it_looked_stops() -> None:

@@ -196,9 +196,8 @@ class Supervisor:
         os.close(self._wake_r)
         os.close(self._wake_w)
         random.seed()  # not the parent's sequence (tornado.process.fork_processes does the same)
-        # No process outlives its parent: the one it was forked from, named, for a parent killed before this line
-        # (a stop's killpg that a fork in flight escaped) leaves getppid() naming whoever adopted the child.
-        watch_parent(parent=parent)
+        # No process outlives its parent (named before the fork: lab/procs.py says why).
+        watch_parent(parent)
         return channel
 
     def _reap(self) -> None:

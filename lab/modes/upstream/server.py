@@ -1,7 +1,7 @@
 """The embedded upstream service: GET /delay?seconds=X answers after asyncio.sleep(X).
 
 Started by the server (embedded.py, EmbeddedUpstream) as `python -m
-lab.modes.upstream.server --fd N` on a socket it inherits; `python -m
+lab.modes.upstream.server --fd N --parent PID` on a socket it inherits; `python -m
 lab.modes.upstream.server --port 9000` runs it alone, e.g. as another server's
 --upstream. It imports nothing that loads numpy: every server start pays for
 its start-up.
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--parent",
         type=int,
         metavar="PID",
-        help="with --fd: the server that started it, which it goes with (default: its parent when it looks)",
+        help="with --fd, required: the server that started it, which it goes with",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -95,14 +95,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="close a connection that has carried no request for S seconds (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    if args.fd is not None and args.parent is None:
+        parser.error("--fd needs --parent: the server it goes with")
     # Its access log would double every /async line; warnings and errors only.
     logs.configure(logging.WARNING)
     if args.fd is not None:
         # Started by server.py: Ctrl-C is the server's to handle (it stops us
         # after its in-flight /async requests), and we go if it goes.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # Named: a server killed during this process's imports leaves getppid() naming whoever adopted it.
-        watch_parent(parent=args.parent)
+        watch_parent(args.parent)
         sock = socket.socket(fileno=args.fd)
     else:
         sock = socket.create_server(("127.0.0.1", args.port))

@@ -3,7 +3,7 @@
 scikit-learn is imported when asked for, not with this module: importing it
 costs about 2 s of CPU (it brings SciPy), which every process that lists the
 workloads without running one (a bench tool, the test suite's workers) would
-otherwise pay. A server imports it before it forks (preload), and each worker
+otherwise pay. A forked server imports it before it forks (preload), and each worker
 trains the predict model in its warm-up (workloads/registry.py's warm_up),
 before anything is timed; a lazy one (lazy(): server.py --lazy-ml) leaves
 both to the worker's first predict or train, inside that run's time.

@@ -137,24 +137,25 @@ def _say_cores() -> None:
 
 def _prepare_workers(config: Config) -> None:
     """Before any worker starts and before the fork: a lazy lab says so in this process's environment, which
-    every worker inherits (workloads/ml.py); any other imports scikit-learn here, once for all its forked
-    children (each still trains its own predict model: a fit's threads must not meet a fork)."""
+    every worker inherits (workloads/ml.py); a forked one that is not imports scikit-learn here, once for all its
+    children (each still trains its own predict model: a fit's threads must not meet a fork). A single server
+    imports it in its warm-up, as its pool workers do."""
     if config.lazy_ml:
         os.environ[ml.LAZY_ENV] = "1"
-    if not ml.lazy():
+    if config.forked and not ml.lazy():
         ml.preload()
 
 
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
-    _prepare_workers(config)
     logs.configure()
     _say_cores()
     problem = preflight(config) or (database_preflight(config.database) if config.database else None)
     if problem:
         print(f"server.py: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    _prepare_workers(config)
     raise_fd_limit()
     signals = StopSignals()
     signals.defer()  # from here on, a stop is a clean one

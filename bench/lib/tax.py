@@ -174,26 +174,28 @@ def accept_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     def pair(row: Mapping[str, Any]) -> tuple[str, int]:
         return row.get("server", "lab"), row["concurrency"]  # (rows saved before the floor's carry no server)
 
-    by_round = ratios(rows, "per_second", ("dispatch", "all"), pair)
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(pair(row), []).append(row)
 
-    def rates(key: tuple[str, int], policy: str) -> float | None:
-        return _median([r["per_second"] for r in rows if pair(r) == key and r["side"] == policy])
-
-    def of(key: tuple[str, int]) -> list[Mapping[str, Any]]:
-        return [r for r in rows if pair(r) == key]
+    def rate(group: Sequence[Mapping[str, Any]], policy: str) -> float | None:
+        return _median([r["per_second"] for r in group if r["side"] == policy])
 
     return [
         {
-            "server": key[0],
-            "concurrency": key[1],
-            "all_per_s": rates(key, "all"),
-            "dispatch_per_s": rates(key, "dispatch"),
+            "server": server,
+            "concurrency": c,
+            "all_per_s": rate(groups[server, c], "all"),
+            "dispatch_per_s": rate(groups[server, c], "dispatch"),
             "ratios": found["rounds"],
             "ratio": found["median"],
-            "client_cpu_share": max(r["client_cpu_share"] for r in of(key)),
-            "failed": sum(r["failed"] for r in of(key)),
+            "client_cpu_share": max(r["client_cpu_share"] for r in groups[server, c]),
+            "failed": sum(r["failed"] for r in groups[server, c]),
         }
-        for key, found in sorted(by_round.items(), key=lambda item: (item[0][1], item[0][0] != "lab"))
+        for (server, c), found in sorted(
+            ratios(rows, "per_second", ("dispatch", "all"), pair).items(),
+            key=lambda item: (item[0][1], item[0][0] != "lab"),
+        )
     ]
 
 

@@ -24,7 +24,6 @@ from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
 from tests.procs import STALL_S
-from workloads.ml import LAZY_ENV
 
 
 def test_envelope(server: LabServer) -> None:
@@ -163,16 +162,14 @@ def test_a_job_handed_ahead_behind_a_stuck_one_runs_on_the_replacement_pool() ->
     assert behind["pid"] not in old
 
 
-def test_jobs_handed_ahead_while_a_pool_is_replaced_are_all_answered(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Eager workers, as it was written for: with lazy ones (the suite's default, tests/conftest.py) the new pool
-    # is up seconds sooner, and one run of a loaded suite in four got a job the old pool broke under (a race this
-    # test exposes, not yet mended: see the stop's note).
-    monkeypatch.setenv(LAZY_ENV, "0")
-
+def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_documented_503() -> None:
     # Two workers, one stuck past --job-timeout, four clients asking again and again meanwhile: the stuck one's
-    # pool is replaced while the other worker of the old pool still takes jobs handed ahead, and writes their start
-    # records; every one of those is answered (none fails on the old pool's way out).
-    async def main() -> tuple[Any, list[Any]]:
+    # pool is replaced while the other worker of the old pool still runs jobs and takes those handed ahead to it.
+    # ProcessPoolExecutor breaks as a whole, so a job that worker had begun gets the documented 503 + Retry-After
+    # (docs/operating.md#failures; test_reliability_pools proves it through a server). Every other job is answered
+    # by the new pool, and nothing fails any other way on the old pool's way out: a start record written to a
+    # closed pipe failed a job with EPIPE before the runner kept one pipe for all its pools.
+    async def main() -> tuple[Any, list[Any], dict[str, Any]]:
         runner = ProcessRunner("processing", size=2, max_pending=100, job_timeout=1.0)
         await runner.start()
         answers: list[Any] = []
@@ -193,15 +190,27 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_all_answered(monkeypatch
             await asyncio.sleep(1.5)  # the old pool's way out, and the new one's first jobs
             done.set()
             await asyncio.gather(*clients)
-            assert runner.snapshot()["pool_restarts"] == 1
-            return outcome[0], answers
+            return outcome[0], answers, {**runner.snapshot(), "lanes": runner.lanes(runner.size)}
         finally:
             await runner.close()
 
-    stuck, answers = asyncio.run(main())
+    stuck, answers, snapshot = asyncio.run(main())
     assert isinstance(stuck, LabError) and stuck.status_code == 504
+    assert snapshot["pool_restarts"] == 1
     failed = [answer for answer in answers if not isinstance(answer, dict)]
-    assert answers and not failed, failed[:3]
+    begun_in_the_old_pool = [
+        error
+        for error in failed
+        if isinstance(error, LabError)
+        and error.status_code == 503
+        and "broke while running this job" in error.message
+        and "Retry-After" in error.headers
+    ]
+    assert failed == begun_in_the_old_pool, failed[:3]
+    # At most the jobs the old pool held beside the stuck one: the gate's four lanes (two workers, one job
+    # ahead each) less the stuck job's. Later ones went to the new pool.
+    assert len(failed) == snapshot["broken"] <= snapshot["lanes"] - 1
+    assert len(answers) > len(failed) + 4, len(answers)  # the new pool answered the clients' later jobs
 
 
 class _Handed:

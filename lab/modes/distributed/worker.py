@@ -70,6 +70,12 @@ def task() -> Prepickled:
         from workloads.registry import run_timed  # noqa: PLC0415
 
         worker = distributed.get_worker()
+        warm = getattr(worker.plugins.get(WARM_UP), "warm", None)
+        if warm is not None and not warm.is_set():
+            # A worker that joined after the lab connected (or a nanny's restart of one) warms up in a thread of
+            # its own (WarmUp), and nobody waited for it: its first tasks wait here, before their start is told
+            # and timed, so that no run is timed beside imports holding the GIL or pays for the model's training.
+            warm.wait(WARM_WAIT_S)
         worker.log_event(topic, {"job": job_id, "pid": os.getpid(), "address": worker.address})
         record = run_timed(name, params)
         record["address"] = worker.address
@@ -81,6 +87,10 @@ def task() -> Prepickled:
     return Prepickled(run_task)
 
 
+# The warm-up plugin's name on every worker.
+WARM_UP = "lab-warm-up"
+
+
 class WarmUp(distributed.WorkerPlugin):
     """On every worker process, once: cap BLAS threads as the server does, pay the predict model's training,
     point `page` at the server's database (each worker opens its own connections, as many as it has threads),
@@ -90,19 +100,21 @@ class WarmUp(distributed.WorkerPlugin):
     worker that joins runs its plugins' setups before its first heartbeat, and
     seconds of training there would look, to a scheduler with a short
     worker-ttl (a real network's setting, docs/operating.md), like a worker
-    gone silent, restarted for it. The lab waits for the warmth itself
-    (`warmed`). Beside it the `workloads` upload may still be unpacking (a
+    gone silent, restarted for it. The lab waits for the warmth of the workers
+    it finds when it connects (`warmed`); a task given to one that joined later
+    waits for it itself (`task`). Beside it the `workloads` upload may still be unpacking (a
     worker that joins later sets up both at once): the thread waits for the
     package, up to PACKAGE_WAIT_S.
     """
 
-    name = "lab-warm-up"
+    name = WARM_UP
 
     def __init__(self, database_url: str | None = None) -> None:
         self.database_url = database_url
 
     def setup(self, worker: Worker) -> None:
         self.warm = threading.Event()
+        self.warmed_at: float | None = None  # when (time.time()) the warm-up ended: no task starts before
         self.threads = worker.state.nthreads
         threading.Thread(target=self._warm_up, name=self.name, daemon=True).start()
 
@@ -123,6 +135,7 @@ class WarmUp(distributed.WorkerPlugin):
             warm_up()
             settle_interned()
         finally:
+            self.warmed_at = time.time()
             self.warm.set()
 
     def teardown(self, worker: Worker) -> None:
@@ -171,7 +184,7 @@ WARM_WAIT_S = 120.0
 
 async def warmed(dask_worker: Worker) -> bool:
     """On a worker (Client.run): wait until its warm-up is done; False if it has none or it takes too long."""
-    warm = getattr(dask_worker.plugins.get(WarmUp.name), "warm", None)
+    warm = getattr(dask_worker.plugins.get(WARM_UP), "warm", None)
     if not isinstance(warm, threading.Event):
         return False
     return await asyncio.to_thread(warm.wait, WARM_WAIT_S)

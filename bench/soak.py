@@ -50,7 +50,7 @@ from bench.charts import soak as soak_chart
 from bench.lib.args import OUT, PARAM, SERVER_ARGS, TIMEOUT, URL
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.results import commit, machine_facts, new_results_dir
-from bench.lib.servers import LocalServer
+from bench.lib.servers import LocalServer, say_if_lazy
 from bench.lib.soak.census import find_root, listens_on
 from bench.lib.soak.faults import FAULTS
 from bench.lib.soak.ledger import write_csv
@@ -155,6 +155,7 @@ def _soak(args: argparse.Namespace, plan: Plan) -> int:
     out = args.out or new_results_dir("soak-")
     out.mkdir(parents=True, exist_ok=True)
     if args.url:
+        say_if_lazy(args.url.rstrip("/"))
         return _measure(args.url.rstrip("/"), None, plan, out)
     server_args = f"--processes {args.processes} {args.server_args}"
     print(f"starting a server: server.py {server_args} (its log: {out / 'server.log'})", file=sys.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.lib.servers import LocalServer, _say_lazy
+from bench.lib.servers import LocalServer, _say_lazy, lab_server
 from tests.conftest import StartServer
 from tests.lab_server import get, pool_stats
 from workloads.ml import KNOWN_ANSWERS, LAZY_ENV
@@ -51,3 +51,17 @@ def test_a_bench_tool_says_when_the_labs_it_starts_are_lazy(tmp_path: Path, caps
     with LocalServer(["--process-pool", "1"], tmp_path / "lab.log"):  # lazy: tests/conftest.py
         pass
     assert f"lazy about scikit-learn ({LAZY_ENV}=1 or --lazy-ml)" in capsys.readouterr().err
+
+
+def test_a_bench_tool_says_when_the_lab_at_its_url_is_lazy_and_only_then(
+    start_server: StartServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eager = start_server("--process-pool", "1", env={LAZY_ENV: "0"})
+    lazy = start_server("--process-pool", "1", "--lazy-ml")
+    _say_lazy.cache_clear()
+    for lab in (eager, lazy):
+        with lab_server(lab.url, "", "unused-") as base:
+            assert base == lab.url
+    said = capsys.readouterr().err
+    assert f"the lab at {lazy.url} is lazy about scikit-learn" in said
+    assert eager.url not in said

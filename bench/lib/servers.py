@@ -222,17 +222,29 @@ def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterato
 def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = False) -> Iterator[str]:
     """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server)."""
     if url:
+        say_if_lazy(url.rstrip("/"))
         yield url.rstrip("/")
         return
     with own_server(server_args, prefix, quiet=quiet) as server:
         yield server.url
 
 
-@functools.cache  # once a run
-def _say_lazy() -> None:
-    print(f"note: the labs this run starts are lazy about scikit-learn ({ml.LAZY_ENV}=1 or --lazy-ml): each "
-          "worker's first predict or train includes loading it, about 2.5 s of CPU, and its timings show it",
-          file=sys.stderr)  # fmt: skip
+@functools.cache  # once a run for each lab
+def _say_lazy(which: str = "the labs this run starts are") -> None:
+    print(f"note: {which} lazy about scikit-learn ({ml.LAZY_ENV}=1 or --lazy-ml): each worker's first predict or "
+          "train includes loading it, about 2.5 s of CPU, and its timings show it", file=sys.stderr)  # fmt: skip
+
+
+def say_if_lazy(url: str) -> None:
+    """The same note for a running lab (--url) whose /stats says it is lazy; nothing if it cannot be asked (the
+    tool says so itself, at its first request)."""
+    try:
+        with loopback.urlopen(f"{url}/stats", timeout=5) as reply:
+            lazy = json.loads(reply.read())["server"].get("lazy_ml")
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if lazy:
+        _say_lazy(f"the lab at {url} is")
 
 
 class LocalServer:

@@ -34,7 +34,7 @@ from bench.lib.floor import FloorPools, make_floor_app
 from bench.lib.floor_fork import serve_forked
 from lab import collector
 from lab.procs import LISTEN_BACKLOG
-from lab.web.channel import receive_connections
+from lab.web.channel import peer, receiver
 
 
 async def serve(
@@ -73,26 +73,18 @@ def take_from(channel: socket.socket, server: HTTPServer, parent_gone: Callable[
     """Serve each connection the dispatching parent sends down `channel` (bench/lib/floor_fork.py), as
     accepting would; `parent_gone` when the channel ends."""
     channel.setblocking(False)
+    loop = IOLoop.current()
 
-    def receive(fd: int, events: int) -> None:
-        while True:
-            try:
-                connections = receive_connections(channel)
-            except EOFError:
-                IOLoop.current().remove_handler(fd)
-                parent_gone()
-                return
-            if connections is None:
-                return
-            for connection in connections:
-                try:
-                    address = connection.getpeername()
-                except OSError:  # the client left on the way
-                    connection.close()
-                    continue
+    def took(connections: list[socket.socket]) -> None:
+        for connection in connections:
+            if (address := peer(connection)) is not None:
                 server.handle_stream(IOStream(connection), address)
 
-    IOLoop.current().add_handler(channel.fileno(), receive, IOLoop.READ)
+    def gone() -> None:
+        loop.remove_handler(channel.fileno())
+        parent_gone()
+
+    loop.add_handler(channel.fileno(), receiver(channel, took, gone), IOLoop.READ)
 
 
 def url_of(sock: socket.socket) -> str:

@@ -54,6 +54,37 @@ def receive_connections(channel: socket.socket) -> list[socket.socket] | None:
     return [socket.socket(message[0], socket.SOCK_STREAM, 0, fileno=descriptor) for descriptor in fds]
 
 
+def receiver(
+    channel: socket.socket, took: Callable[[list[socket.socket]], None], gone: Callable[[], None]
+) -> Callable[[int, int], None]:
+    """An IOLoop handler for the non-blocking `channel`: each message waiting, its connections to `took` (none
+    for a message whose descriptor never arrived, receive_connections), until nothing waits; `gone` once the
+    channel has ended."""
+
+    def receive(fd: int, events: int) -> None:
+        while True:
+            try:
+                connections = receive_connections(channel)
+            except EOFError:
+                gone()
+                return
+            if connections is None:
+                return
+            took(connections)
+
+    return receive
+
+
+def peer(connection: socket.socket) -> Any:
+    """The address of a received connection's client; None, the connection closed, if the client left on its
+    way here."""
+    try:
+        return connection.getpeername()
+    except OSError:
+        connection.close()
+        return None
+
+
 class Slots:
     """Each dispatched child's count of connections received and its occupancy, in shared memory.
 
@@ -112,24 +143,18 @@ class FromParent:
         # At every change, synchronously: the parent may choose a child at any moment.
         occupancy.watch(self._note_load)
         self._note_load()
+        # (The parent gone, the channel ends: watch_parent() stops this process.)
+        self._receive = receiver(self.channel, self._took, self.close)
         IOLoop.current().add_handler(self.channel.fileno(), self._receive, IOLoop.READ)
 
     def _note_load(self) -> None:
         self.slots.set_load(self.slot, self.occupancy.load)
 
-    def _receive(self, fd: int, events: int) -> None:
-        while True:
-            try:
-                connections = receive_connections(self.channel)
-            except EOFError:  # the parent is gone: watch_parent() stops this process
-                self.close()
-                return
-            if connections is None:
-                return
-            if not connections:
-                self._lost()
-            for connection in connections:
-                self._take(connection)
+    def _took(self, connections: list[socket.socket]) -> None:
+        if not connections:
+            self._lost()
+        for connection in connections:
+            self._take(connection)
 
     def _lost(self) -> None:
         """A message whose descriptor never arrived: out of descriptors, the kernel drops it (MSG_CTRUNC).
@@ -143,12 +168,9 @@ class FromParent:
 
     def _take(self, connection: socket.socket) -> None:
         try:  # (non-blocking from here on: the stream Tornado makes of it sees to that)
-            try:
-                address = connection.getpeername()
-            except OSError:  # the client left before its connection got here
-                connection.close()
-                return
-            self.take(connection, address)  # -> the lifecycle holds a whole unit for it (its load is noted)
+            address = peer(connection)
+            if address is not None:
+                self.take(connection, address)  # -> the lifecycle holds a whole unit for it (its load is noted)
         finally:
             # Counted once its unit is in the load: the parent, reading in between, counts it twice, never
             # not at all.

@@ -126,12 +126,20 @@ function updateStatus(race) {
 const DRAW_EVERY_MS = 200;
 let drawQueued = false;
 let drawnAt = 0;
+let shortestGap = Infinity;
 function scheduleDraw() {
   if (drawQueued) return;
   drawQueued = true;
   setTimeout(() => requestAnimationFrame(() => {
     drawQueued = false;
-    drawnAt = performance.now();
+    const now = performance.now();
+    if (drawnAt) {
+      // The shortest time between two of these draws so far, for tools that drive the page: #timeline's
+      // data-shortest-gap-ms.
+      shortestGap = Math.min(shortestGap, now - drawnAt);
+      ui.timeline.dataset.shortestGapMs = String(Math.floor(shortestGap));
+    }
+    drawnAt = now;
     draw();
   }), Math.max(0, drawnAt + DRAW_EVERY_MS - performance.now()));
 }
@@ -140,8 +148,10 @@ function scheduleDraw() {
 // moves in round steps (1, 2, 5, 10 s...), so while a race runs the timeline changes with each
 // answer, and the tracks with each batch of probes.
 const drawn = { timeline: "", tracks: "" };
+let draws = 0; // how many times the page has drawn: #timeline's data-draws, for tools that drive it
 
 function draw() {
+  ui.timeline.dataset.draws = String(++draws);
   if (current) updateStatus(current);
   const width = Math.max(300, Math.round(ui.timeline.parentElement.clientWidth));
   const frame = frameFor(current, width);

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -10,11 +9,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from bench.page import Meters, family, settle
 from lab import ROOT
 from lab.modes.registry import MODES
 from tests.bench_helpers import is_png
@@ -130,24 +127,21 @@ def test_a_distributed_race_has_a_lane_per_dask_worker(visit: Visit, lab: LabSer
     done(visit, "distributed")
 
 
-def test_the_page_costs_its_browser_little_cpu_next_to_the_workers_it_watches(visit: Visit, lab: LabServer) -> None:
-    # The browser shares the cores with the race it draws: it must not be a competitor worth
-    # mentioning (bench/page.py compares the page's ratios with the command line's). It draws at
-    # most 5 times a second, so its cost is a rate: cores' worth of CPU while the race runs, which a
-    # busy machine does not raise (it stretches the race, and the browser's CPU seconds with it,
-    # while the workers' CPU seconds stay put: a share of theirs would grow with the load). Measured
-    # 0.056-0.060 of a core with 0-6 busy loops beside it, against the 10% of the cores the workers
-    # want (0.2 on 2 cores) asserted.
-    chromium = next(p for p in psutil.Process().children(recursive=True) if p.name().startswith("chrom"))
-    assert settle(lambda: family(chromium), timeout=30)  # the page is idle: nothing else to draw
-    meters = Meters(lab.pid, chromium, psutil.Process(lab.pid))  # fresh: a meter counts from its first start
-    with meters.measuring() as used:
-        started = time.monotonic()
-        race(visit.page, "processing", "count", {"n": "30000000"}, 10)
-        wall_s = time.monotonic() - started
-    print(f"CPU seconds during a page race of {wall_s:.2f} s: {used}")
-    assert used["workers_cpu_s"] > 0 and used["generator_cpu_s"] > 0
-    assert used["browser_cpu_s"] / wall_s < 0.10 * (os.cpu_count() or 1), (wall_s, used)
+def test_the_page_draws_at_most_five_times_a_second_while_a_race_runs(visit: Visit, lab: LabServer) -> None:
+    # Drawing the charts is what costs the browser most during a race, on the cores the race it draws is using
+    # (bench/page.py measures that CPU beside the workers': docs/results.md). So the page draws at most every
+    # 200 ms (static/app.js's scheduleDraw), and once more as a race starts and as it ends, however fast events
+    # arrive (each answer, a batch of probes every 0.1 s). Counted, not timed: a timer never fires early. (Drawn
+    # at each event instead, 11 s of this race drew 51 times, 17 ms apart at the closest.)
+    page = visit.page
+    timeline = page.locator("#timeline")
+    before = int(timeline.get_attribute("data-draws") or 0)
+    started = time.monotonic()
+    race(page, "processing", "count", {"n": RUN_N}, 10)
+    wall_s = time.monotonic() - started
+    draws = int(timeline.get_attribute("data-draws") or 0) - before
+    assert 2 <= draws <= wall_s / 0.2 + 3, (draws, wall_s)
+    assert int(timeline.get_attribute("data-shortest-gap-ms") or 0) >= 195  # (performance.now() is coarsened)
     visit.assert_clean()
 
 

@@ -130,6 +130,8 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
     try:
         cluster.start_scheduler()
         cluster.start_worker("a")
+        with cluster.client() as client:
+            client.wait_for_workers(1, timeout=120)
         lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
         cluster.start_worker("b")
         _wait_for_both_workers(lab.url, cluster)

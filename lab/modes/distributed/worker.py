@@ -67,8 +67,6 @@ def task() -> Prepickled:
 
         import distributed  # noqa: PLC0415 -- shipped by value: its imports happen where it runs
 
-        from workloads.registry import run_timed  # noqa: PLC0415
-
         worker = distributed.get_worker()
         warm = getattr(worker.plugins.get(WARM_UP), "warm", None)
         if warm is not None and not warm.is_set():
@@ -76,6 +74,8 @@ def task() -> Prepickled:
             # its own (WarmUp), and nobody waited for it: its first tasks wait here, before their start is told
             # and timed, so that no run is timed beside imports holding the GIL or pays for the model's training.
             warm.wait(WARM_WAIT_S)
+        from workloads.registry import run_timed  # noqa: PLC0415 -- (after the warm-up, which imports it first)
+
         worker.log_event(topic, {"job": job_id, "pid": os.getpid(), "address": worker.address})
         record = run_timed(name, params)
         record["address"] = worker.address

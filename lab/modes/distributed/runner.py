@@ -277,12 +277,13 @@ class DaskRunner(PoolRunner):
         self._started(job_id, address)
 
     def not_started(self, job_id: int) -> LabError:
-        """No worker began the task within `start_timeout`: the cluster is busy or a worker went silent."""
+        """No worker began the task within `start_timeout`: the cluster is busy, a worker that joined late still
+        warms up (lab/modes/distributed/worker.py's task waits for it), or a worker went silent."""
         self.counts["not_started"] += 1
         self.on_abandoned(job_id)
         return LabError(
             503, f"no Dask worker started this task within {self.start_timeout:g} s (the cluster is busy with "
-            "other work, or the worker it was given to went silent); it was withdrawn, retry",
+            "other work, the worker it was given to is still warming up, or it went silent); it was withdrawn, retry",
             retry_after=RETRY_AFTER_S,
         )  # fmt: skip
 

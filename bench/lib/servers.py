@@ -220,9 +220,11 @@ def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterato
 
 @contextlib.contextmanager
 def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = False) -> Iterator[str]:
-    """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server)."""
+    """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server).
+    `quiet`: nothing said, nor asked for it (the page's races: bench.race --jsonl, whose stderr stays empty)."""
     if url:
-        say_if_lazy(url.rstrip("/"))
+        if not quiet:
+            say_if_lazy(url.rstrip("/"))
         yield url.rstrip("/")
         return
     with own_server(server_args, prefix, quiet=quiet) as server:

@@ -214,7 +214,7 @@ def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterato
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         if not quiet:
             print(f"starting a server: server.py {server_args}".rstrip(), file=sys.stderr)
-        with LocalServer(shlex.split(server_args), Path(tmp) / "server.log") as server:
+        with LocalServer(shlex.split(server_args), Path(tmp) / "server.log", quiet=quiet) as server:
             yield server
 
 
@@ -250,11 +250,13 @@ def say_if_lazy(url: str) -> None:
 
 
 class LocalServer:
-    """`server.py --port 0` in its own session, so stopping it takes its whole process group."""
+    """`server.py --port 0` in its own session, so stopping it takes its whole process group. `quiet`: no note
+    on stderr (a lazy lab's: _say_lazy)."""
 
-    def __init__(self, flags: Sequence[str], log_path: Path) -> None:
+    def __init__(self, flags: Sequence[str], log_path: Path, *, quiet: bool = False) -> None:
         self.flags = ["--port", "0", "--no-access-log", *flags]
         self.log_path = log_path
+        self.quiet = quiet
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
 
@@ -273,7 +275,7 @@ class LocalServer:
         except BaseException:
             self.stop()
             raise
-        if ml.lazy() or "--lazy-ml" in self.flags:
+        if not self.quiet and (ml.lazy() or "--lazy-ml" in self.flags):
             _say_lazy()
         return self
 

@@ -4,11 +4,13 @@ loads it at its first predict or train, and answers it the same."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 
-from bench.lib.servers import LocalServer, _say_lazy, lab_server
+from bench.lib.servers import LocalServer, _say_lazy, lab_server, say_if_lazy
 from tests.conftest import StartServer
 from tests.lab_server import get, pool_stats
 from workloads.ml import KNOWN_ANSWERS, LAZY_ENV
@@ -68,3 +70,28 @@ def test_a_bench_tool_says_when_the_lab_at_its_url_is_lazy_and_only_then(
     said = capsys.readouterr().err
     assert f"the lab at {lazy.url} is lazy about scikit-learn" in said
     assert eager.url not in said
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n{}", b'HTTP/1.1 200 OK\r\n\r\n{"server": "x"}'],
+    ids=["bad status line", "short body", "server not an object"],
+)
+def test_a_url_whose_stats_make_no_sense_gets_no_note_and_stops_no_tool(
+    reply: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Whatever answers at --url, the note's question never stops the tool: its own requests say what is wrong.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def answer() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(4096)
+                connection.sendall(reply)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        _say_lazy.cache_clear()
+        say_if_lazy(f"http://127.0.0.1:{listener.getsockname()[1]}")
+        thread.join(10)
+    assert capsys.readouterr().err == ""

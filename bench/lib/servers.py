@@ -21,6 +21,7 @@ from types import TracebackType
 
 import psutil
 
+from bench.lib.engine import get
 from lab import ROOT, loopback
 from workloads import ml
 
@@ -239,13 +240,10 @@ def _say_lazy(which: str = "the labs this run starts are") -> None:
 
 def say_if_lazy(url: str) -> None:
     """The same note for a running lab (--url) whose /stats says it is lazy; nothing if it cannot be asked (the
-    tool says so itself, at its first request)."""
-    try:
-        with loopback.urlopen(f"{url}/stats", timeout=5) as reply:
-            lazy = json.loads(reply.read())["server"].get("lazy_ml")
-    except Exception:  # (whatever the reply: a note must never stop the tool; its own requests report)
-        return
-    if lazy:
+    tool says so itself, at its first request): engine.get answers whatever the reply, and never raises."""
+    status, body, _, _ = get(f"{url}/stats", 5)
+    server = body.get("server") if status == 200 and isinstance(body, dict) else None
+    if isinstance(server, dict) and server.get("lazy_ml"):
         _say_lazy(f"the lab at {url} is")
 
 

@@ -23,10 +23,12 @@ import pytest
 from dask.utils import funcname as dask_utils_funcname
 
 from lab import ROOT
+from lab.modes.distributed import worker as dask_worker_module
 from lab.modes.distributed.cluster_process import MONITOR_HISTORY
 from lab.modes.distributed.embedded import ALLOCATOR_ENV
 from lab.modes.distributed.spans import forget_span_metrics, forgive_retired_spans, prune_spans
 from lab.modes.distributed.stalls import within_awake
+from lab.modes.distributed.worker import WARM_UP, warmed
 from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
@@ -52,8 +54,10 @@ def cluster(tmp_path: Path) -> Iterator[DaskCluster]:
         dask.stop()
 
 
-# The functions below run on the cluster's workers, which cannot import the tests: ship them by value.
+# The functions below run on the cluster's workers, which cannot import the tests nor the lab: ship them by value,
+# and the lab's own (`warmed`) as the lab ships them.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(dask_worker_module)
 
 
 def _predict_model() -> int | None:
@@ -62,15 +66,9 @@ def _predict_model() -> int | None:
     return None if model is None else id(model)
 
 
-async def _warmed(dask_worker: Any) -> bool:
-    """On a worker: wait for the lab's warm-up there (a worker that joins after the lab connected warms up in
-    the background, and nothing waits for it)."""
-    return await asyncio.to_thread(dask_worker.plugins["lab-warm-up"].warm.wait, 120)
-
-
 def _warmed_at(dask_worker: Any) -> float | None:
     """On a worker: when (time.time()) the lab's warm-up there ended."""
-    return dask_worker.plugins["lab-warm-up"].warmed_at  # type: ignore[no-any-return]
+    return dask_worker.plugins[WARM_UP].warmed_at  # type: ignore[no-any-return]
 
 
 def _workloads_origin() -> str:
@@ -137,7 +135,7 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
         _wait_for_both_workers(lab.url, cluster)
         replies, addresses = _burst_on_both_workers(lab.url)
         with cluster.client() as client:
-            assert client.run(_warmed) == dict.fromkeys(addresses, True)
+            assert client.run(warmed) == dict.fromkeys(addresses, True)
             warmed_at = client.run(_warmed_at)
         assert set(warmed_at) == addresses
         for reply in replies:
@@ -157,8 +155,7 @@ def test_ten_requests_run_on_both_workers_of_a_cluster_started_by_hand(
             assert len(set(origins.values())) == 2, origins
             for origin in origins.values():
                 assert origin.startswith(str(cluster.folder / SCRATCH)) and "lab_workloads.zip" in origin, origins
-            # Each worker trained its predict model in its warm-up, and no task trains another.
-            assert client.run(_warmed) == dict.fromkeys(origins, True)
+            # Each worker trained its predict model in its warm-up (done, above), and no task trains another.
             models = client.run(_predict_model)
             assert len(models) == 2 and None not in models.values()
             for reply in get_many(copies(f"{lab.url}/distributed/predict?rows=100", 4)):

@@ -68,7 +68,7 @@ def task() -> Prepickled:
         import distributed  # noqa: PLC0415 -- shipped by value: its imports happen where it runs
 
         worker = distributed.get_worker()
-        warm = getattr(worker.plugins.get(WARM_UP), "warm", None)
+        warm = warm_up_event(worker)
         if warm is not None and not warm.is_set():
             # A worker that joined after the lab connected (or a nanny's restart of one) warms up in a thread of
             # its own (WarmUp), and nobody waited for it: its first tasks wait here, before their start is told
@@ -182,10 +182,16 @@ PACKAGE_WAIT_S = 60.0
 WARM_WAIT_S = 120.0
 
 
+def warm_up_event(worker: Worker) -> threading.Event | None:
+    """The event `worker`'s WarmUp sets once its warm-up is done; None on a worker without the plugin."""
+    warm = getattr(worker.plugins.get(WARM_UP), "warm", None)
+    return warm if isinstance(warm, threading.Event) else None
+
+
 async def warmed(dask_worker: Worker) -> bool:
     """On a worker (Client.run): wait until its warm-up is done; False if it has none or it takes too long."""
-    warm = getattr(dask_worker.plugins.get(WARM_UP), "warm", None)
-    if not isinstance(warm, threading.Event):
+    warm = warm_up_event(dask_worker)
+    if warm is None:
         return False
     return await asyncio.to_thread(warm.wait, WARM_WAIT_S)
 

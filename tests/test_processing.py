@@ -169,6 +169,8 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_docu
     # (docs/operating.md#failures; test_reliability_pools proves it through a server). Every other job is answered
     # by the new pool, and nothing fails any other way on the old pool's way out: a start record written to a
     # closed pipe failed a job with EPIPE before the runner kept one pipe for all its pools.
+    refused: list[float | None] = []  # the start of each job a withdrawal could not take back
+
     async def main() -> tuple[Any, list[Any], dict[str, Any]]:
         runner = ProcessRunner("processing", size=2, max_pending=100, job_timeout=1.0)
         await runner.start()
@@ -178,7 +180,8 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_docu
 
         def withdrawn(job_id: int, job: Any, future: Any) -> bool:  # (every job's withdraw, as the broken pool's ask)
             taken = withdraw(job_id, job, future)
-            refused.extend([] if taken else [job.began])
+            if not taken:
+                refused.append(job.began)
             return taken
 
         runner._withdraw = withdrawn  # type: ignore[method-assign]
@@ -202,7 +205,6 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_docu
         finally:
             await runner.close()
 
-    refused: list[float | None] = []  # the start of each job a withdrawal could not take back
     stuck, answers, snapshot = asyncio.run(main())
     assert isinstance(stuck, LabError) and stuck.status_code == 504
     assert snapshot["pool_restarts"] == 1

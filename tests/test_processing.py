@@ -219,8 +219,8 @@ def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_docu
     ]
     assert failed == begun_in_the_old_pool, failed[:3]
     # Each of them had begun (a job not begun is taken back and handed to the new pool), and they are at most
-    # the jobs the old pool held beside the stuck one: the gate's four lanes (two workers, one job ahead each)
-    # less the stuck job's. Later ones went to the new pool, which answered.
+    # the jobs the old pool held beside the stuck one: the gate's lanes (two workers, and `ahead` more each) less
+    # the stuck job's. Later ones went to the new pool, which answered.
     assert None not in refused and len(failed) == len(refused) == snapshot["broken"] <= snapshot["lanes"] - 1
     assert {answer["pid"] for answer in answers if isinstance(answer, dict)} & set(snapshot["worker_pids"])
 

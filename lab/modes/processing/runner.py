@@ -50,10 +50,14 @@ class ProcessRunner(PoolRunner):
     # nothing reads until a deadline is checked or /stats asked (docs/results.md#overhead).
     lazy_starts = True
     # A worker that ends a job finds the next one in its queue, as a bare ProcessPoolExecutor's does, instead
-    # of idling while the loop learns of the end and hands the next over (at ten clients /processing cost
-    # 1.46-1.51 of a bare Tornado's, 1.27 with a job ahead: docs/results.md#overhead). A job there is beyond
-    # the executor's cancel: the server withdraws it itself (_withdraw).
-    ahead = 1
+    # of idling while the loop learns of the end and hands the next over. Four more a worker, not one: the
+    # executor moves at most one job a worker and one more into the workers' own queue (the rest wait in its
+    # own, where it can still cancel them), and with one ahead that queue ran dry between a worker's end and the
+    # loop's next hand-over: a worker slept and was woken 2.1 times a job against a bare executor's 1.4, and at
+    # ten clients /processing cost 1.31-1.50 of a bare Tornado's, 1.04-1.23 with four (none ahead: 1.46-1.51;
+    # docs/results.md#overhead). A job in the workers' queue is beyond the executor's cancel: the server
+    # withdraws it itself (_withdraw).
+    ahead = 4
 
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(mode, size, max_pending, job_timeout)

@@ -29,7 +29,7 @@ START_THREADS_TIMEOUT_S = 60.0
 
 
 class ThreadRunner(PoolRunner):
-    """Jobs submitted to one shared ThreadPoolExecutor, one ahead of each thread."""
+    """Jobs submitted to one shared ThreadPoolExecutor, four ahead of each thread."""
 
     kind = "threads"
     timeout_outcome = "Python cannot stop a thread, so it runs on and holds its pool slot until it ends"
@@ -37,9 +37,11 @@ class ThreadRunner(PoolRunner):
     # A thread that ends a job takes the next one from the executor's queue itself, as a bare
     # ThreadPoolExecutor's threads do. Handed over by the gate when a slot freed, each job made the event loop
     # wake for the end of the one before and then woke an idle thread: at ten clients /threading cost 1.36-1.42
-    # of a bare Tornado's, 1.14-1.17 with a job ahead (docs/results.md#overhead). A job in that queue can still
-    # be withdrawn until a thread takes it.
-    ahead = 1
+    # of a bare Tornado's, 1.14-1.17 with a job ahead. Four ahead, as the process pool: with more clients than
+    # two a thread, one ahead still left threads idle between jobs (two threads, ten clients: 1.55 of a bare
+    # Tornado's with one, 1.21-1.22 with four; docs/results.md#overhead). A job in that queue can still be
+    # withdrawn until a thread takes it.
+    ahead = 4
     # Its threads write their start into the job's record; the loop reads it when it needs it.
     lazy_starts = True
 

@@ -7,16 +7,21 @@ interpreters-pep-734 backport, or 3.14+): CI runs this file on 3.13 too.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import site
 import sys
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from lab import ROOT
+from lab.errors import LabError
 from lab.modes.interpreters import worker as interp_worker
+from lab.modes.interpreters.runner import THREAD_PREFIX, InterpreterRunner
 from lab.modes.registry import MODES
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
@@ -174,3 +179,58 @@ def test_a_workload_that_waits_and_bad_input(server: LabServer) -> None:
     assert body["timing"]["io_wait_ms"] > body["timing"]["cpu_ms"] and body["timing"]["gil_wait_ms"] == 0
     assert_error(get(f"{server.url}/interpreters/count?n=-1"), 400, "n")
     assert get(f"{server.url}/interpreters/fib?n=10").json()["result"] == 55
+
+
+@needs_interpreters
+@pytest.mark.parametrize(("seconds", "answered"), [(0.5, True), (1.5, False)])
+def test_a_job_handed_ahead_counts_its_deadline_from_when_its_interpreter_begins_it(
+    seconds: float, answered: bool
+) -> None:
+    # One interpreter, --job-timeout 1 s: a job of 0.8 s, and one handed ahead behind it (lab/modes/pool.py's
+    # `ahead`), which the interpreter begins 0.8 s after the hand-over and reports so down the start pipe
+    # (lab/modes/starts.py). Its 0.5 s ends 1.3 s after the hand-over, on time from its start; 1.5 s is not.
+    async def main() -> tuple[dict[str, Any], Any]:
+        runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=1.0)
+        await runner.start()
+        try:
+            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.8}))
+            await asyncio.sleep(0.05)
+            behind = asyncio.ensure_future(runner.run("sleep", {"seconds": seconds}))
+            await asyncio.sleep(0.3)
+            snapshot = runner.snapshot()
+            return snapshot, (await asyncio.gather(first, behind, return_exceptions=True))[1]
+        finally:
+            await runner.close()
+
+    snapshot, outcome = asyncio.run(main())
+    assert (snapshot["running"], snapshot["waiting"]) == (1, 1)
+    assert [str(name).startswith(THREAD_PREFIX) for name in snapshot["busy_workers"]] == [True]
+    if answered:
+        assert isinstance(outcome, dict) and outcome["result"] == seconds
+    else:
+        assert isinstance(outcome, LabError) and outcome.status_code == 504
+
+
+@needs_interpreters
+def test_a_job_handed_ahead_whose_client_leaves_never_runs() -> None:
+    # Handed ahead, the job waits in the pool's queue, from which it is withdrawn (cancelled) when its request
+    # is: it never runs, and the pool's next job does not wait behind it.
+    async def main() -> tuple[dict[str, Any], float]:
+        runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=60.0)
+        await runner.start()
+        try:
+            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.5}))
+            await asyncio.sleep(0.05)
+            abandoned = asyncio.ensure_future(runner.run("sleep", {"seconds": 5}))
+            await asyncio.sleep(0.05)
+            abandoned.cancel()
+            await asyncio.gather(first, abandoned, return_exceptions=True)
+            asked = time.monotonic()
+            await runner.run("sleep", {"seconds": 0})
+            return runner.snapshot(), time.monotonic() - asked
+        finally:
+            await runner.close()
+
+    snapshot, took = asyncio.run(main())
+    assert (snapshot["submitted"], snapshot["cancelled_waiting"]) == (3, 1)
+    assert took < 4  # not behind the abandoned job's 5 s (an idle interpreter takes a job in milliseconds)

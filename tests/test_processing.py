@@ -18,8 +18,9 @@ import pytest
 
 from lab.errors import LabError
 from lab.machine import cpu_count
-from lab.modes.processing.runner import STARTS_PER_READ, ProcessRunner
-from lab.modes.processing.worker import START, init_pool_worker
+from lab.modes.processing.runner import ProcessRunner
+from lab.modes.processing.worker import init_pool_worker
+from lab.modes.starts import START, STARTS_PER_READ, StartReports
 from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
@@ -95,20 +96,18 @@ def test_a_pool_worker_whose_server_died_before_it_started_watching_stops(server
 
 
 def test_the_servers_reads_take_every_start_record_whole() -> None:
-    runner = ProcessRunner("processing", 2, 4, 60.0)
-    seen: list[tuple[int, int | str | None, float | None]] = []
-    runner._started = lambda job_id, worker, at=None: seen.append((job_id, worker, at))  # type: ignore[method-assign]
+    seen: list[tuple[int, int, float]] = []
     reader, writer = os.pipe()
-    os.set_blocking(reader, False)
+    reports = StartReports(reader, lambda job_id, worker, at: seen.append((job_id, worker, at)))
     try:
         sent = [(job, 1000 + job % 7, 1e9 + job / 8) for job in range(STARTS_PER_READ + 10)]
         for record in sent:  # as workers write them: one record a write
             os.write(writer, START.pack(*record))
-        assert runner._drain_started(reader)  # a whole read's worth: more may wait
+        assert reports.read_once()  # a whole read's worth: more may wait
         assert seen == sent[:STARTS_PER_READ]  # whole records only, and no more than one read's worth
-        assert not runner._drain_started(reader)  # the rest
+        assert not reports.read_once()  # the rest
         assert seen == sent
-        assert not runner._drain_started(reader)  # nothing waiting: nothing read, nothing raised
+        assert not reports.read_once()  # nothing waiting: nothing read, nothing raised
         assert seen == sent
     finally:
         os.close(reader)
@@ -245,9 +244,8 @@ def test_a_job_begun_in_a_broken_pool_is_not_handed_to_the_new_one(between: str)
     # began is.
     async def main() -> tuple[list[tuple[int, Any]], Any, Any]:
         runner = ProcessRunner("processing", size=2, max_pending=10, job_timeout=60)
-        reader, writer = multiprocessing.get_context("spawn").Pipe(duplex=False)
-        os.set_blocking(reader.fileno(), False)
-        runner._pipe, runner._executor = (reader, writer), _Handed()  # type: ignore[assignment]
+        writer = runner._start_pipe()
+        runner._executor = _Handed()  # type: ignore[assignment]
         pool: _Handed = runner._executor  # type: ignore[assignment]
         began = asyncio.ensure_future(runner.run("count", {"n": 1}))
         waiting = asyncio.ensure_future(runner.run("count", {"n": 2}))
@@ -266,8 +264,7 @@ def test_a_job_begun_in_a_broken_pool_is_not_handed_to_the_new_one(between: str)
             future.set_running_or_notify_cancel()
             future.set_result({"result": "new pool"})
         outcomes = await asyncio.gather(began, waiting, return_exceptions=True)
-        reader.close()
-        writer.close()
+        runner._close_pipe()
         return [(job_id, params["n"]) for job_id, params, _ in pool.handed], *outcomes
 
     handed, began, waiting = asyncio.run(main())

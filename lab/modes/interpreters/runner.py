@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import site
 import threading
 from concurrent.futures import Future
@@ -21,6 +22,7 @@ from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.interpreters.worker import executor_class, interpreter_id, record_of, run, unavailable
 from lab.modes.pool import PoolRunner, pool_size
+from lab.modes.starts import StartReports
 from workloads.page.errors import Unavailable
 from workloads.registry import WORKLOADS
 from workloads.timing import RunRecord
@@ -51,10 +53,19 @@ class InterpreterRunner(PoolRunner):
     kind = "interpreters"
     timeout_outcome = "Python cannot stop an interpreter's thread, so it runs on and holds its slot until it ends"
     size_setting = INTERPRETER_POOL
+    # Four jobs ahead of each interpreter, as the thread and process pools: handed one an interpreter, at ten
+    # clients the other eight waited in the gate, and each job's end woke the loop to hand the next over (12.4
+    # context switches a request against a bare pool's 7.5; docs/results.md#overhead). A job in the pool's
+    # queue can still be withdrawn (cancelled) until a thread takes it; the interpreter that runs it reports its
+    # start down a pipe (lab/modes/starts.py), and its deadline counts from then.
+    ahead = 4
+    lazy_starts = True
 
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(mode, size, max_pending, job_timeout)
         self._names: dict[int, str] = {}  # the pool's threads' names, by native id
+        self._writer = -1  # the start pipe's writing end, which the interpreters write to (start)
+        self._starts: StartReports | None = None  # its reading end
 
     @staticmethod
     def unavailable() -> str | None:
@@ -63,6 +74,8 @@ class InterpreterRunner(PoolRunner):
     async def start(self) -> None:
         if unavailable() is not None:
             return  # nothing to start: requests get the reason (run)
+        reader, self._writer = os.pipe()
+        self._starts = StartReports(reader, self._began)
         # A sub-interpreter starts with the interpreter's default sys.path,
         # without the lab's own directory: the initializer adds it, so that
         # the workloads it is handed (pickled by reference) can be imported.
@@ -96,6 +109,14 @@ class InterpreterRunner(PoolRunner):
             name = self._names.get(native_id, f"native thread {native_id}")
         return name
 
+    def _began(self, job_id: int, native_id: int, at: float) -> None:
+        """An interpreter's report: the pool's thread `native_id` began job `job_id` at `at`."""
+        self._started(job_id, self._thread_name(native_id), at)
+
+    def _refresh_starts(self) -> None:
+        if self._starts is not None:
+            self._starts.read()
+
     def ready_note(self) -> str | None:
         """The pool's size for the start-up log line, where this Python runs one at all."""
         return None if unavailable() is not None else super().ready_note()
@@ -104,10 +125,10 @@ class InterpreterRunner(PoolRunner):
         func = WORKLOADS[workload].func
         # Its result is the record's values (worker.run), made a record again by run(): converted there, not
         # by a callback here, which would be one more turn of the event loop a job.
-        future = self.executor.submit(run, func, params, self.database)
-        # The gate hands the pool no more jobs than it has interpreters, so a
-        # free one takes this job now; which one, the record says afterwards.
-        self._started(job_id, None)
+        future = self.executor.submit(run, func, params, self.database, (job_id, self._writer))
+        if self._starts is not None:
+            self._starts.handed()
+        self._running[job_id].withdraw = future.cancel  # (True while it waits in the pool's queue: it will not run)
         return cast(Future[RunRecord], future)
 
     async def close(self, wait: bool = True) -> None:
@@ -116,3 +137,9 @@ class InterpreterRunner(PoolRunner):
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=wait, cancel_futures=True)
+        if wait and self._starts is not None:
+            # Every job has ended: no interpreter writes to the pipe any more. (Not waiting, the process is on its
+            # way out, and a descriptor closed under a running job could be another file's by its report.)
+            os.close(self._starts.reader)
+            os.close(self._writer)
+            self._starts, self._writer = None, -1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import platform
 import sys
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Any, cast
 
+from lab.modes.starts import report_start
 from workloads.clocks import OWN_GIL_THREAD, Clocks
 from workloads.page import database
 from workloads.timing import RunRecord, time_call
@@ -122,7 +124,10 @@ def _clocks() -> Clocks:
 
 
 def run(
-    func: Callable[..., Any], params: dict[str, Any], database_url: str | None = None
+    func: Callable[..., Any],
+    params: dict[str, Any],
+    database_url: str | None = None,
+    start: tuple[int, int] | None = None,
 ) -> tuple[Any, ...] | RunRecord:
     """Run one workload here, in a sub-interpreter, timed on this thread; `page` queries `database_url`.
 
@@ -130,12 +135,17 @@ def run(
     again), or, for a result the interpreters cannot share as it is (a
     dict, an int past 64 bits), the record itself, which the pool pickles.
     The interpreter opens its own connection on its first page (each
-    interpreter has its own modules, so its own database object).
+    interpreter has its own modules, so its own database object). `start`,
+    (the job's id, the start pipe's writing end): the job's start is reported
+    there first (lab/modes/starts.py), a descriptor being the process's,
+    whichever interpreter writes to it.
 
     `func` arrives pickled by reference and is imported here. The thread is
     the pool's OS thread, but this interpreter only knows it by its native id;
     the runner puts the pool thread's name back (lab/modes/interpreters/runner.py).
     """
+    if start is not None:
+        report_start(start[1], start[0], threading.get_native_id())
     database.use(database_url)
     record = time_call(func, params, clocks=_clocks())
     record["interpreter"] = interpreter_id()

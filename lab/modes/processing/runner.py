@@ -19,21 +19,12 @@ from typing import Any, cast
 from lab.machine import cpu_count
 from lab.modes.pool import PoolRunner, _Job, pool_size
 from lab.modes.processing.executor import broken, workers
-from lab.modes.processing.worker import (
-    START,
-    WITHDRAWN_SLOTS,
-    init_pool_worker,
-    run_in_worker,
-    warm_pool_worker,
-)
+from lab.modes.processing.worker import WITHDRAWN_SLOTS, init_pool_worker, run_in_worker, warm_pool_worker
+from lab.modes.starts import StartReports
 from workloads.timing import RunRecord
 
 log = logging.getLogger(__name__)
 
-
-# Start records read at most at once (lab/modes/processing/worker.py's START); the server reads them at least
-# once every so many jobs handed over, so that the pipe (64 KiB: 2,730 records) never fills and stops a worker.
-STARTS_PER_READ = 256
 
 PROCESS_POOL = pool_size(
     "--process-pool", "worker processes behind /processing, per server process", cpu_count, "cores"
@@ -46,8 +37,7 @@ class ProcessRunner(PoolRunner):
     kind = "processes"
     timeout_outcome = "its worker process was killed and the pool replaced"
     size_setting = PROCESS_POOL
-    # A start report that woke the event loop was one more wake-up a job, and two context switches, for news
-    # nothing reads until a deadline is checked or /stats asked (docs/results.md#overhead).
+    # Its workers' start reports wait in their pipe until something needs them (lab/modes/starts.py).
     lazy_starts = True
     # A worker that ends a job finds the next one in its queue, as a bare ProcessPoolExecutor's does, instead
     # of idling while the loop learns of the end and hands the next over. Four more a worker, not one: the
@@ -63,7 +53,7 @@ class ProcessRunner(PoolRunner):
         super().__init__(mode, size, max_pending, job_timeout)
         self.counts["pool_restarts"] = 0
         self._pipe: tuple[Connection, Connection] | None = None
-        self._unread = 0  # jobs handed over since the start reports were last read
+        self._starts: StartReports | None = None  # the server's end of that pipe
         self._warming: asyncio.Task[None] | None = None
         # Jobs withdrawn, shared with every worker of every pool this runner starts (worker.py's run_in_worker).
         # (-1 where none was: job ids start at 0.)
@@ -72,50 +62,39 @@ class ProcessRunner(PoolRunner):
     def _new_executor(self) -> ProcessPoolExecutor:
         # spawn, not fork: forking a process that runs an IOLoop and threads
         # copies their locks mid-use (the hazard Tornado's docs warn about).
-        context = multiprocessing.get_context("spawn")
-        if self._pipe is None:
-            # One pipe for every pool this runner starts: a replaced pool's workers live on for a moment (its
-            # executor ends them once it sees itself broken), and one that takes a job meanwhile writes its
-            # start record; to a closed pipe that write failed the job (EPIPE), and its record, unread, was
-            # lost to a withdrawal.
-            reader, writer = context.Pipe(duplex=False)
-            os.set_blocking(reader.fileno(), False)
-            self._pipe = (reader, writer)
-        writer = self._pipe[1]
         return ProcessPoolExecutor(
             self.size,
-            mp_context=context,
+            mp_context=multiprocessing.get_context("spawn"),
             initializer=init_pool_worker,
-            initargs=(writer, os.getpid(), self.database, self._withdrawn),
+            initargs=(self._start_pipe(), os.getpid(), self.database, self._withdrawn),
         )
 
-    def _refresh_starts(self) -> None:
-        self._unread = 0
-        if self._pipe is not None:
-            while self._drain_started(self._pipe[0].fileno()):
-                pass
+    def _start_pipe(self) -> Connection:
+        """The writing end of the pipe its workers report the jobs they take into (lab/modes/starts.py), made
+        at the first call.
 
-    def _drain_started(self, reader: int) -> bool:
-        """One read of the start records waiting (a multiple of their size: whole records only, at most
-        STARTS_PER_READ); True if it read that many, and more may wait. The server holds the writing end too:
-        no end of file."""
-        try:
-            records = os.read(reader, START.size * STARTS_PER_READ)
-        except BlockingIOError:
-            return False
-        whole = len(records) - len(records) % START.size
-        if whole != len(records):  # (never from these workers: a worker of other code, spawned after an update)
-            log.warning("ignored %d bytes on the process pool's start pipe", len(records) - whole)
-        for job_id, pid, at in START.iter_unpack(records[:whole]):
-            self._started(job_id, pid, at)
-        return len(records) == START.size * STARTS_PER_READ
+        One pipe for every pool this runner starts: a replaced pool's workers
+        live on for a moment (its executor ends them once it sees itself
+        broken), and one that takes a job meanwhile writes its start record;
+        to a closed pipe that write failed the job (EPIPE), and its record,
+        unread, was lost to a withdrawal.
+        """
+        if self._pipe is None:
+            reader, writer = multiprocessing.get_context("spawn").Pipe(duplex=False)
+            self._pipe = (reader, writer)
+            self._starts = StartReports(reader.fileno(), self._started)
+        return self._pipe[1]
+
+    def _refresh_starts(self) -> None:
+        if self._starts is not None:
+            self._starts.read()
 
     def _close_pipe(self) -> None:
         if self._pipe is not None:
             reader, writer = self._pipe
             reader.close()
             writer.close()
-            self._pipe = None
+            self._pipe = self._starts = None
 
     async def start(self) -> None:
         self._executor = self._new_executor()
@@ -129,9 +108,8 @@ class ProcessRunner(PoolRunner):
         log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Future[RunRecord]:
-        self._unread += 1
-        if self._unread >= STARTS_PER_READ:
-            self._refresh_starts()
+        if self._starts is not None:
+            self._starts.handed()
         try:
             future = self.executor.submit(run_in_worker, job_id, workload, params)
         except BrokenProcessPool:

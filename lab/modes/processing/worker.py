@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
-import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lab.modes.starts import report_start
 from lab.procs import watch_parent
 from workloads.clocks import PROCESS, own_threads_schedstat
 from workloads.page import database
@@ -21,12 +20,6 @@ _withdrawn: Any = None  # the server's marks of jobs withdrawn (a shared array o
 # Slots in that array: a job's mark is its id, in slot id % WITHDRAWN_SLOTS. Two jobs in flight at once whose ids
 # share a slot could only lose a mark (the job then runs for nobody), never withdraw the wrong job.
 WITHDRAWN_SLOTS = 4096
-
-# What a worker writes when it takes a job: (job id, its pid, when: time.monotonic(), the clock of the server's
-# event loop), 24 bytes. Under PIPE_BUF, so one write is atomic even with every worker writing to the one pipe,
-# and the server reads whole records (lab/modes/processing/runner.py), when it needs them: the time it reads one
-# is not the job's start.
-START = struct.Struct("<qqd")
 
 
 def init_pool_worker(started: Connection, server: int, database_url: str | None, withdrawn: Any = None) -> None:
@@ -60,8 +53,9 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord |
     The server counts the job's --job-timeout from the time in this message (not
     while the job waits for a worker still starting up), shows the pid as busy
     in /stats, and kills that worker if the job outlives its deadline. One
-    system call: a START record written straight to the pipe's descriptor,
-    which the server reads when it needs it, without waking for it.
+    system call: a start record written straight to the pipe's descriptor,
+    which the server reads when it needs it, without waking for it
+    (lab/modes/starts.py).
 
     A job handed to the pool ahead of its worker waits in the workers' queue,
     where the executor cannot cancel it; the server takes it back by marking it
@@ -70,7 +64,7 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord |
     found not begun: whichever of the two comes second sees the other's.
     """
     if _started is not None:
-        os.write(_started.fileno(), START.pack(job_id, os.getpid(), time.monotonic()))
+        report_start(_started.fileno(), job_id, os.getpid())
     if _withdrawn is not None and _withdrawn[job_id % WITHDRAWN_SLOTS] == job_id:
         return None  # nobody waits for it: its slot frees as soon as the server reads this
     # One job at a time here: the process's CPU time is the job's, BLAS threads included.

@@ -196,8 +196,11 @@ def test_a_job_handed_ahead_counts_its_deadline_from_when_its_interpreter_begins
             first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.8}))
             await asyncio.sleep(0.05)
             behind = asyncio.ensure_future(runner.run("sleep", {"seconds": seconds}))
-            await asyncio.sleep(0.3)
-            snapshot = runner.snapshot()
+            for _ in range(60):  # (the first job's start report, read by the snapshot, within 0.6 s of 0.8)
+                await asyncio.sleep(0.01)
+                snapshot = runner.snapshot()
+                if snapshot["running"] and snapshot["waiting"]:
+                    break
             return snapshot, (await asyncio.gather(first, behind, return_exceptions=True))[1]
         finally:
             await runner.close()

@@ -139,8 +139,8 @@ class DaskRunner(PoolRunner):
     # trip to the lab and back (the result out through the scheduler, the next task in through it): the
     # scheduler hands each worker its next (Dask's queuing gives a worker of one thread two at a time) and,
     # once more than twice its threads are in flight, keeps the rest unassigned, for whichever worker frees
-    # first. Measured at c = 10, /distributed/count?n=1 against a floor that submits all ten at once: 3.4x
-    # with one task a thread, 1.7-2.2x with two, 1.1-1.2x with five and the results fetched together
+    # first. Measured at c = 10, /distributed/count?n=1 against a floor that submits all ten at once: 2.9-3.6x
+    # with one task a thread, 2.0-2.3x with two, 1.1x with five and the results fetched together
     # (docs/results.md#overhead). On a cluster that does not queue (worker-saturation: inf) each task is
     # assigned as it comes, and a short one may wait behind a long one while another worker idles, until
     # Dask's work stealing moves it; so on the workers heard from while others are quiet (tasks restricted to

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from lab.errors import LabError
 from lab.modes.gate import Slots
+from lab.modes.starts import StartReports
 from lab.settings import Setting, count
 from workloads.timing import RunRecord
 
@@ -122,6 +123,9 @@ class PoolRunner:
         self.idle = self.slots.idle
         self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
         self._executor: Executor | None = None
+        # Where its workers report the jobs they take down a pipe (lab/modes/starts.py): the process and
+        # interpreter pools set it; read by _refresh_starts, and counted at each hand-over.
+        self._starts: StartReports | None = None
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
         self._failed: dict[int, _Job] = {}  # jobs ended in error, until their request has dealt with it (_run)
@@ -280,6 +284,8 @@ class PoolRunner:
         job_id = next(self._job_ids)
         loop = asyncio.get_running_loop()
         record = self._running[job_id] = _Job(loop.create_future(), loop.time())
+        if self._starts is not None:
+            self._starts.handed()  # (read every so many jobs, so that the pipe never fills)
         try:
             job = record.future = self._submit(job_id, workload, params)
         except BaseException:
@@ -339,7 +345,10 @@ class PoolRunner:
             self._watch(self._deadline(job, job.began))
 
     def _refresh_starts(self) -> None:
-        """Read the start reports waiting, where they are read lazily (`lazy_starts`)."""
+        """Read the start reports waiting, where they are read lazily (`lazy_starts`): those down its pipe, if it
+        has one (a thread pool's threads write theirs into the job's record)."""
+        if self._starts is not None:
+            self._starts.read()
 
     def overran(self, job_id: int, workload: str) -> LabError:
         """The answer to a job past its deadline (a 504), after `on_timeout` has dealt with its worker."""

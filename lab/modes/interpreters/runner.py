@@ -64,8 +64,7 @@ class InterpreterRunner(PoolRunner):
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(mode, size, max_pending, job_timeout)
         self._names: dict[int, str] = {}  # the pool's threads' names, by native id
-        self._writer = -1  # the start pipe's writing end, which the interpreters write to (start)
-        self._starts: StartReports | None = None  # its reading end
+        self._writer = -1  # the start pipe's writing end, which the interpreters write to (its reading end: _starts)
 
     @staticmethod
     def unavailable() -> str | None:
@@ -113,10 +112,6 @@ class InterpreterRunner(PoolRunner):
         """An interpreter's report: the pool's thread `native_id` began job `job_id` at `at`."""
         self._started(job_id, self._thread_name(native_id), at)
 
-    def _refresh_starts(self) -> None:
-        if self._starts is not None:
-            self._starts.read()
-
     def ready_note(self) -> str | None:
         """The pool's size for the start-up log line, where this Python runs one at all."""
         return None if unavailable() is not None else super().ready_note()
@@ -126,8 +121,6 @@ class InterpreterRunner(PoolRunner):
         # Its result is the record's values (worker.run), made a record again by run(): converted there, not
         # by a callback here, which would be one more turn of the event loop a job.
         future = self.executor.submit(run, func, params, self.database, (job_id, self._writer))
-        if self._starts is not None:
-            self._starts.handed()
         self._running[job_id].withdraw = future.cancel  # (True while it waits in the pool's queue: it will not run)
         return cast(Future[RunRecord], future)
 

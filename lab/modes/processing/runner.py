@@ -52,8 +52,7 @@ class ProcessRunner(PoolRunner):
     def __init__(self, mode: str, size: int, max_pending: int, job_timeout: float) -> None:
         super().__init__(mode, size, max_pending, job_timeout)
         self.counts["pool_restarts"] = 0
-        self._pipe: tuple[Connection, Connection] | None = None
-        self._starts: StartReports | None = None  # the server's end of that pipe
+        self._pipe: tuple[Connection, Connection] | None = None  # its start pipe (_start_pipe), both ends
         self._warming: asyncio.Task[None] | None = None
         # Jobs withdrawn, shared with every worker of every pool this runner starts (worker.py's run_in_worker).
         # (-1 where none was: job ids start at 0.)
@@ -85,10 +84,6 @@ class ProcessRunner(PoolRunner):
             self._starts = StartReports(reader.fileno(), self._started)
         return self._pipe[1]
 
-    def _refresh_starts(self) -> None:
-        if self._starts is not None:
-            self._starts.read()
-
     def _close_pipe(self) -> None:
         if self._pipe is not None:
             reader, writer = self._pipe
@@ -108,8 +103,6 @@ class ProcessRunner(PoolRunner):
         log.info("process pool ready: %d workers, pids %s", self.size, sorted(set(pids)))
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> Future[RunRecord]:
-        if self._starts is not None:
-            self._starts.handed()
         try:
             future = self.executor.submit(run_in_worker, job_id, workload, params)
         except BrokenProcessPool:

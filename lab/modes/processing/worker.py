@@ -57,11 +57,12 @@ def run_in_worker(job_id: int, name: str, params: dict[str, Any]) -> RunRecord |
     which the server reads when it needs it, without waking for it
     (lab/modes/starts.py).
 
-    A job handed to the pool ahead of its worker and moved by the executor into
-    the workers' queue is beyond the executor's cancel; the server takes it back
-    by marking it and then reading the start records (ProcessRunner._withdraw). Read here
-    after the record is written, the mark is seen by every job the server
-    found not begun: whichever of the two comes second sees the other's.
+    A job handed to the pool ahead of its worker and moved by the executor
+    into the workers' queue is beyond the executor's cancel; the server takes
+    it back by marking it and then reading the start records
+    (ProcessRunner._withdraw). Read here after the record is written, the mark
+    is seen by every job the server found not begun: whichever of the two
+    comes second sees the other's.
     """
     if _started is not None:
         report_start(_started.fileno(), job_id, os.getpid())

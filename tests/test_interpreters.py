@@ -7,25 +7,25 @@ interpreters-pep-734 backport, or 3.14+): CI runs this file on 3.13 too.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import site
 import sys
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from lab import ROOT
-from lab.errors import LabError
 from lab.modes.interpreters import worker as interp_worker
 from lab.modes.interpreters.runner import THREAD_PREFIX, InterpreterRunner
 from lab.modes.registry import MODES
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, pool_stats
+from tests.pools import (
+    assert_a_job_abandoned_in_the_queue_never_runs,
+    assert_a_job_handed_ahead_counts_its_deadline_from_its_start,
+)
 from tests.procs import schedstat_files_open
 from workloads.registry import WORKLOADS
 from workloads.timing import RunRecord
@@ -186,54 +186,14 @@ def test_a_workload_that_waits_and_bad_input(server: LabServer) -> None:
 def test_a_job_handed_ahead_counts_its_deadline_from_when_its_interpreter_begins_it(
     seconds: float, answered: bool
 ) -> None:
-    # One interpreter, --job-timeout 1 s: a job of 0.8 s, and one handed ahead behind it (lab/modes/pool.py's
-    # `ahead`), which the interpreter begins 0.8 s after the hand-over and reports so down the start pipe
-    # (lab/modes/starts.py). Its 0.5 s ends 1.3 s after the hand-over, on time from its start; 1.5 s is not.
-    async def main() -> tuple[dict[str, Any], Any]:
-        runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=1.0)
-        await runner.start()
-        try:
-            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.8}))
-            await asyncio.sleep(0.05)
-            behind = asyncio.ensure_future(runner.run("sleep", {"seconds": seconds}))
-            for _ in range(60):  # (the first job's start report, read by the snapshot, within 0.6 s of 0.8)
-                await asyncio.sleep(0.01)
-                snapshot = runner.snapshot()
-                if snapshot["running"] and snapshot["waiting"]:
-                    break
-            return snapshot, (await asyncio.gather(first, behind, return_exceptions=True))[1]
-        finally:
-            await runner.close()
-
-    snapshot, outcome = asyncio.run(main())
-    assert (snapshot["running"], snapshot["waiting"]) == (1, 1)
+    # The interpreter that begins the job handed ahead reports so down the start pipe (lab/modes/starts.py).
+    runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=1.0)
+    snapshot = assert_a_job_handed_ahead_counts_its_deadline_from_its_start(runner, seconds, answered)
     assert [str(name).startswith(THREAD_PREFIX) for name in snapshot["busy_workers"]] == [True]
-    if answered:
-        assert isinstance(outcome, dict) and outcome["result"] == seconds
-    else:
-        assert isinstance(outcome, LabError) and outcome.status_code == 504
 
 
 @needs_interpreters
 def test_a_job_handed_ahead_whose_client_leaves_never_runs() -> None:
-    # Handed ahead, the job waits in the pool's queue, from which it is withdrawn (cancelled) when its request
-    # is: it never runs, and the pool's next job does not wait behind it.
-    async def main() -> tuple[dict[str, Any], float]:
-        runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=60.0)
-        await runner.start()
-        try:
-            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.5}))
-            await asyncio.sleep(0.05)
-            abandoned = asyncio.ensure_future(runner.run("sleep", {"seconds": 5}))
-            await asyncio.sleep(0.05)
-            abandoned.cancel()
-            await asyncio.gather(first, abandoned, return_exceptions=True)
-            asked = time.monotonic()
-            await runner.run("sleep", {"seconds": 0})
-            return runner.snapshot(), time.monotonic() - asked
-        finally:
-            await runner.close()
-
-    snapshot, took = asyncio.run(main())
-    assert (snapshot["submitted"], snapshot["cancelled_waiting"]) == (3, 1)
-    assert took < 4  # not behind the abandoned job's 5 s (an idle interpreter takes a job in milliseconds)
+    # Handed ahead, the job waits in the pool's queue, from which it is withdrawn (cancelled).
+    runner = InterpreterRunner("interpreters", size=1, max_pending=10, job_timeout=60.0)
+    assert_a_job_abandoned_in_the_queue_never_runs(runner, between=0)

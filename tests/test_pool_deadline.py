@@ -11,6 +11,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.modes.threading.runner import ThreadRunner
+from tests.pools import assert_a_job_handed_ahead_counts_its_deadline_from_its_start
 from workloads.timing import RunRecord
 
 
@@ -181,24 +182,6 @@ def test_a_job_that_ended_as_its_deadline_fell_is_answered_though_its_end_comes_
 def test_a_thread_job_handed_ahead_counts_its_deadline_from_when_its_thread_begins_it(
     seconds: float, answered: bool
 ) -> None:
-    # The real thread pool, one thread, --job-timeout 1 s: a job of 0.8 s, and one handed ahead behind it, which
-    # its thread begins 0.8 s after the hand-over and writes so itself. Its 0.5 s ends 1.3 s after the hand-over,
-    # on time from its start; 1.5 s is not.
-    async def main() -> Any:
-        runner = ThreadRunner("threading", size=1, max_pending=10, job_timeout=1.0)
-        await runner.start()
-        try:
-            first = asyncio.ensure_future(runner.run("sleep", {"seconds": 0.8}))
-            await asyncio.sleep(0.05)
-            behind = asyncio.ensure_future(runner.run("sleep", {"seconds": seconds}))
-            await asyncio.sleep(0.3)
-            assert {key: runner.snapshot()[key] for key in ("running", "waiting")} == {"running": 1, "waiting": 1}
-            return (await asyncio.gather(first, behind, return_exceptions=True))[1]
-        finally:
-            await runner.close()
-
-    outcome = asyncio.run(main())
-    if answered:
-        assert isinstance(outcome, dict) and outcome["result"] == seconds
-    else:
-        assert isinstance(outcome, LabError) and outcome.status_code == 504
+    # The real thread pool, one thread: the job handed ahead writes its start into its record itself.
+    runner = ThreadRunner("threading", size=1, max_pending=10, job_timeout=1.0)
+    assert_a_job_handed_ahead_counts_its_deadline_from_its_start(runner, seconds, answered)

@@ -24,6 +24,7 @@ from lab.modes.starts import START, STARTS_PER_READ, StartReports
 from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
 from tests.lab_server import LabServer, copies, get, get_many, ping_while_pool_busy, pool_stats
+from tests.pools import assert_a_job_abandoned_in_the_queue_never_runs
 from tests.procs import STALL_S
 
 
@@ -159,6 +160,14 @@ def test_a_job_handed_ahead_behind_a_stuck_one_runs_on_the_replacement_pool() ->
     assert isinstance(stuck, LabError) and stuck.status_code == 504
     assert isinstance(behind, dict), behind
     assert behind["pid"] not in old
+
+
+@pytest.mark.parametrize("between", [0, 2], ids=["in the workers' queue", "in the executor's own queue"])
+def test_a_job_handed_ahead_whose_client_leaves_never_runs(between: int) -> None:
+    # One worker: ProcessPoolExecutor moves a job a worker and one more into its workers' own queue, where the
+    # server marks a job it withdraws; a job handed further ahead waits in the executor's own, which cancels it.
+    runner = ProcessRunner("processing", size=1, max_pending=10, job_timeout=60.0)
+    assert_a_job_abandoned_in_the_queue_never_runs(runner, between)
 
 
 def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_documented_503() -> None:

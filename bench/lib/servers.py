@@ -224,9 +224,10 @@ def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = 
     """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server).
     `quiet`: nothing said, nor asked for it (the page's races: bench.race --jsonl, whose stderr stays empty)."""
     if url:
+        base = url.rstrip("/")
         if not quiet:
-            say_if_lazy(url.rstrip("/"))
-        yield url.rstrip("/")
+            say_if_lazy(base)
+        yield base
         return
     with own_server(server_args, prefix, quiet=quiet) as server:
         yield server.url

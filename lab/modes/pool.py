@@ -106,7 +106,8 @@ class PoolRunner:
     # (a job handed ahead waits, and its deadline counts from its start) and take back one not begun.
     ahead: ClassVar[int] = 0
     # Whether its workers' start reports wait to be read until something needs them (a deadline to check,
-    # /stats, every so many jobs) rather than wake the event loop each: `_refresh_starts` reads them.
+    # /stats, every so many jobs) rather than wake the event loop each: `_refresh_starts` reads them (those down
+    # `_starts`, the pipe the process and interpreter pools set: lab/modes/starts.py).
     lazy_starts: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -123,9 +124,7 @@ class PoolRunner:
         self.idle = self.slots.idle
         self.counts = dict.fromkeys(("submitted", "rejected", "timed_out", "cancelled_waiting", "broken"), 0)
         self._executor: Executor | None = None
-        # Where its workers report the jobs they take down a pipe (lab/modes/starts.py): the process and
-        # interpreter pools set it; read by _refresh_starts, and counted at each hand-over.
-        self._starts: StartReports | None = None
+        self._starts: StartReports | None = None  # (lazy_starts' pipe, where a pool has one)
         self._job_ids = itertools.count()
         self._running: dict[int, _Job] = {}
         self._failed: dict[int, _Job] = {}  # jobs ended in error, until their request has dealt with it (_run)
@@ -345,8 +344,7 @@ class PoolRunner:
             self._watch(self._deadline(job, job.began))
 
     def _refresh_starts(self) -> None:
-        """Read the start reports waiting, where they are read lazily (`lazy_starts`): those down its pipe, if it
-        has one (a thread pool's threads write theirs into the job's record)."""
+        """Read the start reports waiting in `_starts` (a thread pool's threads write theirs into the job)."""
         if self._starts is not None:
             self._starts.read()
 
@@ -365,12 +363,10 @@ class PoolRunner:
     def on_abandoned(self, job_id: int) -> bool:
         """Nobody waits for this job any more and no worker has started it: withdraw it if possible.
 
-        A job handed to an executor ahead of its worker waits in a queue; it is
-        taken back if its `_submit` said how (`withdraw`: the thread and
-        interpreter pools' executors cancel it, the process pool's too or marks
-        it, a cluster's scheduler cancels it) and no worker has begun it. A
-        pool that is handed one job a worker never leaves one queued there.
-        True if withdrawn.
+        A job handed to an executor ahead of its worker waits in a queue; it is taken back if its `_submit` said how
+        (`withdraw`: the thread and interpreter pools' executors cancel it, the process pool's too or marks it, a
+        cluster's scheduler cancels it) and no worker has begun it. A pool that is handed one job a worker never
+        leaves one queued there. True if withdrawn.
         """
         job = self._running.get(job_id)
         return job is not None and job.withdraw is not None and job.withdraw()

@@ -130,10 +130,11 @@ class Running:
         running = cls(setup, process, log_path, stats_socket=stats)
         try:
             # Every server process of a forked lab; a peer once it answers at all, and uWSGI once its stats
-            # server, which starts after the workers, is there to be read too.
+            # server, which starts after the workers, answers too: its socket's file exists from bind(), a moment
+            # before listen(), and a read in between is refused.
             ready = all_serving if setup.server == "lab" else lambda url: _answers(f"{url}{setup.ready_path}")
             if stats is not None:
-                ready = lambda url: _answers(f"{url}{setup.ready_path}") and stats.exists()  # noqa: E731
+                ready = lambda url: _answers(f"{url}{setup.ready_path}") and uwsgi_stats(stats) is not None  # noqa: E731
             running.url = wait_ready(log_path, process.pid, timeout, address=ADDRESS[setup.server], ready=ready)
         except BaseException:
             running.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -11,9 +12,10 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from threading import Barrier
 from typing import Any
@@ -59,6 +61,30 @@ def get(url: str, timeout: float = 60.0, method: str = "GET") -> Reply:
         return Reply(error.code, dict(error.headers), error.read(), sent, time.time())
 
 
+def sent(url: str, pool: ThreadPoolExecutor, timeout: float = 60.0) -> Future[Reply]:
+    """GET `url`, sent from this thread now; its reply read in `pool`.
+
+    When this returns the request is in the kernel's hands, its connection
+    queued ahead of any made after it, however late a busy machine runs the
+    pool's thread: a test that sends a job, then a probe, knows their order.
+    """
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    started = time.time()
+    try:
+        connection.request("GET", f"{parts.path}?{parts.query}" if parts.query else parts.path)
+    except BaseException:
+        connection.close()
+        raise
+
+    def reply() -> Reply:
+        with contextlib.closing(connection):
+            response = connection.getresponse()
+            return Reply(response.status, dict(response.headers), response.read(), started, time.time())
+
+    return pool.submit(reply)
+
+
 def copies(url: str, n: int) -> list[str]:
     """n distinct URLs for the same request (the `_` parameter is ignored by the server)."""
     joiner = "&" if "?" in url else "?"
@@ -83,11 +109,11 @@ def probe_during(
     """Start the jobs, send one probe once they run; both replies.
 
     `running` tells when they do (poll /stats); without it (a blocked server
-    cannot answer), the probe goes 0.8 s later, ample for local requests to land
-    on a stalled host too (the jobs must outlast that by far).
+    cannot answer), the probe goes 0.8 s after the jobs were sent (the jobs
+    must outlast that by far).
     """
     with ThreadPoolExecutor(len(job_urls)) as pool:
-        jobs = [pool.submit(get, url) for url in job_urls]
+        jobs = [sent(url, pool) for url in job_urls]
         if running is None:
             time.sleep(0.8)
         else:

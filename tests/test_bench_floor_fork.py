@@ -58,6 +58,8 @@ def test_the_forked_floor_serves_from_its_children_and_stops_them(tmp_path: Path
         assert get(url + "/ping").status == 200
         clients = list(_open(port, 6))
         try:
+            # The parent closes its copy of a connection after handing it over, which the child may answer first.
+            wait_for(lambda: _held_by([pid], port)[pid] == 0)
             held = _held_by([pid, *children], port)
         finally:
             for client in clients:

@@ -7,7 +7,7 @@ import signal
 import socket
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import psutil
@@ -15,7 +15,7 @@ import pytest
 
 from lab.config import build_parser, parse_args
 from tests.conftest import StartServer
-from tests.lab_server import LabServer, Reply, copies, get, get_many, probe_during
+from tests.lab_server import LabServer, Reply, copies, get, get_many, probe_during, sent
 from tests.procs import STALL_S, wait_for
 
 DISPATCH = ("--processes", "2", "--process-pool", "1", "--accept", "dispatch")
@@ -127,31 +127,27 @@ def test_a_killed_child_is_replaced_and_the_survivor_serves_meanwhile(start_serv
 def test_connections_still_on_their_way_to_a_killed_child_go_to_the_other(start_server: StartServer) -> None:
     lab = start_server(*DISPATCH)
 
-    def attempt(url: str) -> int | None:
-        try:
-            return get(url, timeout=30).status
-        except OSError:  # reset: it was in the killed child's hands
-            return None
-
     with ThreadPoolExecutor(6) as pool:
-        # Both event loops blocked for 3 s, then four more connections: two wait in each child's channel.
+        # Both event loops blocked for 3 s, then four more connections: two wait in each child's channel. Each
+        # is sent from here, in this order, whenever the pool's threads get to read the replies.
         long = []
         for i in range(2):  # one after the other: the second finds the first's child busy and goes to the other
-            long.append(pool.submit(attempt, f"{lab.url}/blocking/sleep?seconds=3&_={i}"))
+            long.append(sent(f"{lab.url}/blocking/sleep?seconds=3&_={i}", pool, timeout=30))
             time.sleep(0.5)
-        short = [pool.submit(attempt, f"{lab.url}/blocking/sleep?seconds=0.1&_={i}") for i in range(4)]
+        short = [sent(f"{lab.url}/blocking/sleep?seconds=0.1&_={i}", pool, timeout=30) for i in range(4)]
         time.sleep(0.5)
         os.kill(min(_children(lab)), signal.SIGKILL)
         # Its own run fails; the two it had not taken yet still had their requests unread: served elsewhere.
         # (On a loaded machine both can reach one child before it reports itself busy: then both fail.)
-        outcomes = [f.result() for f in long]
+        outcomes = [_outcome(f) for f in long]
         assert None in outcomes and set(outcomes) <= {200, None}, outcomes
-        assert [f.result() for f in short] == [200] * 4
+        assert [_outcome(f) for f in short] == [200] * 4
 
 
-def _status(url: str) -> int | None:
+def _outcome(reply: Future[Reply]) -> int | None:
+    """The status of a request sent (tests/lab_server.py's `sent`), or None if its connection was reset."""
     try:
-        return get(url, timeout=30).status
+        return reply.result().status
     except OSError:  # reset: it was in the killed child's hands
         return None
 
@@ -180,13 +176,13 @@ def test_a_replacement_child_keeps_no_copy_of_the_connections_on_their_way_to_th
     # for ever) and the replacement held its descriptor for good.
     lab = start_server(*DISPATCH)
     with ThreadPoolExecutor(6) as pool:
-        held = [pool.submit(_status, f"{lab.url}/blocking/sleep?seconds=4&_={i}") for i in range(2)]
+        held = [sent(f"{lab.url}/blocking/sleep?seconds=4&_={i}", pool, timeout=30) for i in range(2)]
         time.sleep(0.5)  # both event loops blocked: what is sent now stays on its way, unreported
         pings = [pool.submit(_answered_then_closed, lab.url, f"/ping?_={i}") for i in range(4)]
         time.sleep(0.5)
         os.kill(min(_children(lab)), signal.SIGKILL)  # the parent forks its replacement at once
         results = [f.result() for f in pings]
-        assert {f.result() for f in held} <= {200, None}  # None: it ran in the killed child
+        assert {_outcome(f) for f in held} <= {200, None}  # None: it ran in the killed child
     answered = [closed for status, closed in results if status == 200]
     assert len(answered) >= 2 and all(answered), results
 

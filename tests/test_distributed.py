@@ -380,7 +380,7 @@ def test_a_task_over_the_job_timeout_is_504_and_its_worker_replaced(start_server
     first = get(f"{lab.url}/distributed/sleep?seconds=0").json()["worker"]
     reply = get(f"{lab.url}/distributed/sleep?seconds=20")
     assert_error(reply, 504, "--job-timeout 1 s", "worker process killed")
-    assert reply.received - reply.sent < 10  # 1 s and room for the scheduler's hop, against the task's 20 s
+    assert reply.received - reply.sent < 15  # 1 s and room for the scheduler's hop, against the task's 20 s
     # Its nanny starts a new worker. On a loaded machine that can take longer than the lab waits for
     # one (NO_WORKER_GRACE_S): then a request gets 503 with Retry-After, and a client that retries is served.
     deadline = time.monotonic() + 60

@@ -11,7 +11,7 @@ import pytest
 
 from lab.instruments.gil import GilMeter
 from lab.modes.registry import MODES
-from tests.lab_server import LabServer, copies, get
+from tests.lab_server import LabServer, copies, get, sent
 from workloads.clocks import gil_enabled
 
 
@@ -19,7 +19,7 @@ def readings_during(server: LabServer, path: str, threads: int = 2) -> list[floa
     """The server's GIL contention, read from /ping every 0.25 s while `threads` copies of `path` run."""
     seen: list[float] = []
     with ThreadPoolExecutor(threads) as pool:
-        jobs = [pool.submit(get, url) for url in copies(f"{server.url}{path}", threads)]
+        jobs = [sent(url, pool) for url in copies(f"{server.url}{path}", threads)]
         time.sleep(0.3)  # past the reading that covers the time before they started
         while not all(job.done() for job in jobs):
             gil = get(f"{server.url}/ping").json()["gil"]

@@ -248,7 +248,7 @@ def test_stop_kills_the_load_generator(visit: Visit, lab: LabServer) -> None:
     page.click("#stop")
     page.wait_for_selector("#run:not([disabled])")
     assert "Stopped" in page.inner_text("#status")
-    assert wait_for(lambda: not lab.load_generators(), timeout=10)
+    assert wait_for(lambda: not lab.load_generators())
     visit.assert_clean()
 
 

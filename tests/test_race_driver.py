@@ -252,7 +252,7 @@ def test_one_race_at_a_time_and_a_disconnect_kills_the_load_generator(start_serv
     refused, pids = asyncio.run(scenario())
     assert [e["event"] for e in refused] == ["error"]
     assert refused[0]["message"] == BUSY
-    assert wait_for(lambda: not any(running(pid) for pid in pids), timeout=10)
+    assert wait_for(lambda: not any(running(pid) for pid in pids))
     assert not lab.load_generators()
     assert get(f"{lab.url}/ping").status == 200
     # The gate opened again: the next race runs.

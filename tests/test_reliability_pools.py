@@ -52,9 +52,9 @@ def test_stuck_process_job_gets_504_and_its_worker_is_replaced(start_server: Sta
     [before] = _pool(lab, "processing")["worker_pids"]
     reply = get(f"{lab.url}/processing/sleep?seconds=20")
     assert_error(reply, 504, "--job-timeout 1 s", "worker process was killed")
-    # A 1 s timeout, with 2 s of room for a busy machine (which delays a timer by milliseconds);
-    # without the timeout the answer would come after the job's 20 s.
-    assert reply.received - reply.sent < 3.0
+    # A 1 s timeout, and room for a busy machine to kill the worker and start another; without the
+    # timeout the answer would come after the job's 20 s.
+    assert reply.received - reply.sent < 15
     after = get(f"{lab.url}/processing/fib?n=15")  # served by the new pool, not behind the stuck job
     assert after.status == 200 and after.json()["result"] == 610
     assert after.json()["worker"]["pid"] != before
@@ -68,8 +68,8 @@ def test_stuck_thread_job_gets_504_and_keeps_its_slot_until_it_ends(start_server
     lab = start_server("--thread-pool", "1", "--job-timeout", "1")
     reply = get(f"{lab.url}/threading/sleep?seconds=5")
     assert_error(reply, 504, "cannot stop a thread")
-    assert reply.received - reply.sent < 3.0  # a 1 s timeout with 2 s of room, against the job's 5 s
-    assert _pool(lab, "threading")["running"] == 1  # the thread is still sleeping
+    assert reply.received - reply.sent < 4.5  # a 1 s timeout and room, against the job's 5 s
+    assert _pool(lab, "threading")["running"] == 1  # the thread is still sleeping: the answer came before its end
     nxt = get(f"{lab.url}/threading/sleep?seconds=0")
     assert nxt.status == 200
     assert nxt.json()["timing"]["queued_ms"] > 200  # it waited for the slot (~4 s of the sleep were left)

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.conftest import StartServer
-from tests.lab_server import copies, get
+from tests.lab_server import copies, get, sent
 from tests.procs import wait_for
 
 
@@ -77,11 +77,11 @@ def test_busy_workers_and_waiting_jobs_are_visible(start_server: StartServer) ->
 
 def test_any_forked_child_reports_all_children(start_server: StartServer) -> None:
     lab = start_server("--processes", "2", "--process-pool", "1", "--accept", "fair")
-    seen, sent = lab.reach_every_child(2)
+    seen, reaching = lab.reach_every_child(2)
     served_by = {pid for pid, _ in seen}
     assert len(served_by) == 2
     _known_sequence(lab.url)
-    blocking_done = 3 + sent
+    blocking_done = 3 + reaching
 
     def stats_from(expected_blocking: int) -> int:
         stats = get(f"{lab.url}/stats").json()
@@ -92,14 +92,14 @@ def test_any_forked_child_reports_all_children(start_server: StartServer) -> Non
 
     # Which child accepts is the kernel's choice, so the test makes each answer
     # /stats in turn: with the fair accept policy a child
-    # running a /blocking request accepts nothing else. No poll can tell that a
-    # run has started (its child cannot answer); 0.5 s is ample for a local
-    # request to arrive.
+    # running a /blocking request accepts nothing else. Each run is sent before
+    # what follows it (the kernel hands connections over in order); no poll can
+    # tell that a run has started (its child cannot answer), so 0.5 s is left for it to.
     with ThreadPoolExecutor(2) as pool:
-        first = pool.submit(get, f"{lab.url}/blocking/sleep?seconds=2")
+        first = sent(f"{lab.url}/blocking/sleep?seconds=2", pool)
         time.sleep(0.5)
         other = stats_from(blocking_done)  # the idle child, while the first runs
-        second = pool.submit(get, f"{lab.url}/blocking/sleep?seconds=4")  # the idle child takes it: both are busy
+        second = sent(f"{lab.url}/blocking/sleep?seconds=4", pool)  # the idle child takes it: both are busy
         time.sleep(0.5)
         freed = stats_from(blocking_done + 1)  # waits for the first child to finish, which then answers
         first_child = first.result().json()["server"]["pid"]

@@ -215,12 +215,16 @@ class WorkerView:
         self._seconds = 0.0
         self._stopped = False
 
-    def _read(self) -> dict[int, dict[str, Any]]:
-        doc = uwsgi_stats(self.path) or {}
-        return {int(w["id"]): w for w in doc.get("workers", [])}
+    def _read(self, patience: float = 0.0) -> dict[int, dict[str, Any]] | None:
+        """The workers as the stats server lists them; asked again for up to `patience` s while it does not answer
+        (its master is one process, which a loaded machine can keep off a core for seconds); None if it never did."""
+        deadline = time.monotonic() + patience
+        while (doc := uwsgi_stats(self.path)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return None if doc is None else {int(w["id"]): w for w in doc.get("workers", [])}
 
     def start(self) -> None:
-        self.before = self._read()
+        self.before = self._read(self.SETTLE_S) or {}
         self._started = time.monotonic()
 
     def stop(self) -> None:
@@ -229,10 +233,10 @@ class WorkerView:
         self._stopped = True
         self._seconds = time.monotonic() - self._started
         deadline = time.monotonic() + self.SETTLE_S
-        workers = self._read()
+        workers = self._read(self.SETTLE_S) or {}
         while any(w.get("status") == "busy" for w in workers.values()) and time.monotonic() < deadline:
             time.sleep(0.01)
-            workers = self._read()
+            workers = self._read() or workers  # (a reading that failed leaves the last one standing)
         self.after = workers
 
     def rows(self) -> list[dict[str, Any]]:

@@ -71,18 +71,20 @@ def sent(url: str, pool: ThreadPoolExecutor, timeout: float = 60.0) -> Future[Re
     parts = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     started = time.time()
-    try:
-        connection.request("GET", f"{parts.path}?{parts.query}" if parts.query else parts.path)
-    except BaseException:
-        connection.close()
-        raise
 
     def reply() -> Reply:
         with contextlib.closing(connection):
             response = connection.getresponse()
             return Reply(response.status, dict(response.headers), response.read(), started, time.time())
 
-    return pool.submit(reply)
+    try:
+        # As get() asks: urllib's requests say Connection: close.
+        connection.request("GET", f"{parts.path}?{parts.query}" if parts.query else parts.path,
+                           headers={"Connection": "close"})  # fmt: skip
+        return pool.submit(reply)
+    except BaseException:
+        connection.close()
+        raise
 
 
 def copies(url: str, n: int) -> list[str]:
@@ -109,8 +111,9 @@ def probe_during(
     """Start the jobs, send one probe once they run; both replies.
 
     `running` tells when they do (poll /stats); without it (a blocked server
-    cannot answer), the probe goes 0.8 s after the jobs were sent (the jobs
-    must outlast that by far).
+    cannot answer), the probe goes 0.8 s after the jobs were sent, ample for
+    an idle local server to begin them on a stalled host too (the jobs must
+    outlast that by far).
     """
     with ThreadPoolExecutor(len(job_urls)) as pool:
         jobs = [sent(url, pool) for url in job_urls]

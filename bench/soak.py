@@ -155,9 +155,8 @@ def _soak(args: argparse.Namespace, plan: Plan) -> int:
     out = args.out or new_results_dir("soak-")
     out.mkdir(parents=True, exist_ok=True)
     if args.url:
-        url = args.url.rstrip("/")
-        say_if_lazy(url)
-        return _measure(url, None, plan, out)
+        say_if_lazy(args.url)
+        return _measure(args.url, None, plan, out)
     server_args = f"--processes {args.processes} {args.server_args}"
     print(f"starting a server: server.py {server_args} (its log: {out / 'server.log'})", file=sys.stderr)
     # Its log stays with the results: what the lab said while it was soaked explains what the soak saw.

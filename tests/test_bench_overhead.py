@@ -13,6 +13,7 @@ import pytest
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
 from bench.lib.tax import accept_summary, gil_summary, hop_summary, noise_summary
+from bench.overhead import parse_args
 from lab import ROOT
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
@@ -26,6 +27,12 @@ def run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess[st
 
 
 # ---------- the rounds and their ratios ----------
+
+
+def test_a_url_given_with_a_trailing_slash_is_the_base_every_path_is_joined_to() -> None:
+    # bench/lib/args.py's --url, shared by every tool that measures a running lab: "/ping" is joined to it.
+    assert parse_args(["--url", "http://127.0.0.1:8888/"]).url == "http://127.0.0.1:8888"
+    assert parse_args(["--url", "http://127.0.0.1:8888"]).url == "http://127.0.0.1:8888"
 
 
 def test_the_sides_alternate_and_swap_places_each_round() -> None:

@@ -20,6 +20,11 @@ def param_pair(text: str) -> tuple[str, str]:
     return name, value
 
 
+def base_url(text: str) -> str:
+    """argparse type for --url: the base URL without its trailing slash, which every path is joined to."""
+    return text.rstrip("/")
+
+
 class Flag:
     """One flag as several commands take it: its names and argparse settings; each command may add its help."""
 
@@ -32,7 +37,7 @@ class Flag:
         parser.add_argument(*self.names, **(self.settings | changes))
 
 
-URL = Flag("--url", help="base URL of a running lab server (default: start one for this run)")
+URL = Flag("--url", type=base_url, help="base URL of a running lab server (default: start one for this run)")
 SERVER_ARGS = Flag("--server-args", default="", metavar="ARGS")
 WORKLOAD = Flag("--workload", default="count")
 PARAM = Flag("--param", "-p", action="append", type=param_pair, default=[], metavar="NAME=VALUE")

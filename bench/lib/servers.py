@@ -223,11 +223,10 @@ def own_server(server_args: str, prefix: str, *, quiet: bool = False) -> Iterato
 def lab_server(url: str | None, server_args: str, prefix: str, *, quiet: bool = False) -> Iterator[str]:
     """The base URL a bench tool measures: its `--url`, or a server's it starts from `--server-args` (own_server).
     `quiet`: nothing said, nor asked for it (the page's races: bench.race --jsonl, whose stderr stays empty)."""
-    if url:
-        base = url.rstrip("/")
+    if url:  # (--url: bench/lib/args.py's base_url has stripped its trailing slash)
         if not quiet:
-            say_if_lazy(base)
-        yield base
+            say_if_lazy(url)
+        yield url
         return
     with own_server(server_args, prefix, quiet=quiet) as server:
         yield server.url

@@ -1,7 +1,8 @@
-"""A pool runner started and closed around a test, and the scenario its jobs handed ahead are put through.
+"""A pool runner started and closed around a test, and the scenarios its jobs handed ahead are put through.
 
-The thread pool's (tests/test_pool_deadline.py) and the sub-interpreter
-pool's (tests/test_interpreters.py, which CI runs on 3.13 too) share it.
+The thread pool's tests (tests/test_pool_deadline.py), the process pool's
+(tests/test_processing.py) and the sub-interpreter pool's
+(tests/test_interpreters.py, which CI runs on 3.13 too) share them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 from lab.errors import LabError
 from lab.machine import cpu_count
 from lab.modes.processing.runner import ProcessRunner
-from lab.modes.processing.worker import init_pool_worker
+from lab.modes.processing.worker import WITHDRAWN_SLOTS, init_pool_worker
 from lab.modes.starts import START, STARTS_PER_READ, StartReports
 from tests.conftest import StartServer
 from tests.envelopes import any_overlap, assert_envelope, run_intervals
@@ -168,6 +168,9 @@ def test_a_job_handed_ahead_whose_client_leaves_never_runs(between: int) -> None
     # server marks a job it withdraws; a job handed further ahead waits in the executor's own, which cancels it.
     runner = ProcessRunner("processing", size=1, max_pending=10, job_timeout=60.0)
     assert_a_job_abandoned_in_the_queue_never_runs(runner, between)
+    # Which of the two took it back: the mark (the abandoned job is job 1 + between) or the executor's cancel.
+    marked = runner._withdrawn[(1 + between) % WITHDRAWN_SLOTS] == 1 + between
+    assert marked == (between == 0)
 
 
 def test_jobs_handed_ahead_while_a_pool_is_replaced_are_answered_or_get_the_documented_503() -> None:

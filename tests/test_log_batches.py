@@ -1,0 +1,103 @@
+"""The access log's good lines are written a batch at a time, and no line is lost, repeated or put out of order."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+
+from lab.logs import BATCH_LINES, BatchedHandler
+from tests.procs import wait_for
+
+
+def _record(name: str, level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, message, None, None)
+
+
+def _handler() -> tuple[BatchedHandler, io.StringIO]:
+    handler = BatchedHandler()
+    stream = io.StringIO()
+    handler.setStream(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler, stream
+
+
+def test_on_the_event_loop_a_good_access_line_waits_for_the_timer_and_then_is_written() -> None:
+    handler, stream = _handler()
+
+    async def serve() -> None:
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /threading"))
+        assert stream.getvalue() == ""  # held: no write for it yet
+        # Written by the loop's timer, with no other line to push it out.
+        await asyncio.to_thread(wait_for, lambda: stream.getvalue() != "", 10)
+        assert stream.getvalue() == "200 GET /blocking\n200 GET /threading\n"
+
+    asyncio.run(serve())
+
+
+def test_any_other_line_is_written_at_once_after_the_lines_held_before_it() -> None:
+    handler, stream = _handler()
+
+    async def serve() -> None:
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+        handler.handle(_record("tornado.access", logging.WARNING, "404 GET /nope"))
+        assert stream.getvalue() == "200 GET /blocking\n404 GET /nope\n"
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /threading"))
+        handler.handle(_record("lab.server", logging.INFO, "ready"))
+        assert stream.getvalue().endswith("404 GET /nope\n200 GET /threading\nready\n")
+
+    asyncio.run(serve())
+
+
+def test_away_from_an_event_loop_every_line_is_written_at_once() -> None:
+    handler, stream = _handler()
+    handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+    assert stream.getvalue() == "200 GET /blocking\n"
+
+
+def test_a_full_batch_is_written_without_waiting_for_the_timer() -> None:
+    handler, stream = _handler()
+
+    async def serve() -> None:
+        for i in range(BATCH_LINES):
+            handler.handle(_record("tornado.access", logging.INFO, f"200 GET /{i}"))
+        assert stream.getvalue().splitlines() == [f"200 GET /{i}" for i in range(BATCH_LINES)]
+
+    asyncio.run(serve())
+
+
+def test_held_lines_are_written_at_exit_once_the_loop_is_gone() -> None:
+    handler, stream = _handler()
+
+    async def serve() -> None:
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+
+    asyncio.run(serve())  # (its timer went with it, unfired)
+    assert stream.getvalue() == ""
+    handler.flush()  # what logging.shutdown does at exit
+    assert stream.getvalue() == "200 GET /blocking\n"
+
+
+def test_held_lines_are_written_once_before_a_fork_and_never_by_the_child() -> None:
+    read, write = os.pipe()
+    handler = BatchedHandler()
+    handler.setStream(os.fdopen(write, "w"))
+    handler.setFormatter(logging.Formatter("%(message)s"))
+
+    async def serve() -> int:
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+        pid = os.fork()
+        if pid == 0:  # the child: whatever it still held, it would write now
+            handler.flush()
+            os._exit(0)
+        return pid
+
+    os.waitpid(asyncio.run(serve()), 0)
+    handler.flush()  # the parent's exit (logging.shutdown): whatever it still held, it writes now
+    handler.close()
+    assert handler.stream is not None
+    handler.stream.close()
+    with os.fdopen(read) as pipe:
+        assert pipe.read() == "200 GET /blocking\n"

@@ -32,13 +32,22 @@ class Bounded(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if len(message) > MESSAGE_CHARS:
-            record.msg, record.args = clip(message, MESSAGE_CHARS), None
+        # Kept formatted, so that the formatter's getMessage() does not format it again.
+        record.msg, record.args = clip(message, MESSAGE_CHARS) if len(message) > MESSAGE_CHARS else message, None
         return True
 
 
 class BoundedFormatter(logging.Formatter):
-    """Clips each line of a traceback (an exception's message may quote a request)."""
+    """Clips each line of a traceback (an exception's message may quote a request); a second's time stamp is
+    made once (the milliseconds are the format's own field), not for every line of that second."""
+
+    _stamp: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second, stamp = self._stamp
+        if int(record.created) != second:
+            second, stamp = self._stamp = (int(record.created), super().formatTime(record, datefmt))
+        return stamp
 
     def formatException(self, ei: logging._SysExcInfoType) -> str:
         return "\n".join(clip(line, MESSAGE_CHARS) for line in super().formatException(ei).splitlines())
@@ -126,6 +135,11 @@ os.register_at_fork(before=_write_held_before_fork)
 
 
 def configure(level: int = logging.INFO) -> None:
+    # What no line shows is not looked up for each record (the logging HOWTO's "Optimization"): its caller
+    # (a walk up the stack), its thread's, process's and task's names. Each was part of every access-log line.
+    logging._srcfile = None
+    logging.logThreads = logging.logMultiprocessing = False
+    logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # (Python 3.12+)
     # The pid in every line: forked children, pool workers and the upstream interleave.
     logging.basicConfig(level=level, handlers=[BatchedHandler()])
     formatter = BoundedFormatter(

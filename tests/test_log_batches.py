@@ -1,4 +1,5 @@
-"""The access log's good lines are written a batch at a time, and no line is lost, repeated or put out of order."""
+"""The log is cheap to write: the access log's good lines go a batch at a time, each line's parts are made once;
+and no line is lost, repeated or put out of order."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import logging
 import os
 
-from lab.logs import BATCH_LINES, BatchedHandler
+from lab.logs import BATCH_LINES, BatchedHandler, Bounded, BoundedFormatter
 from tests.procs import wait_for
 
 
@@ -101,3 +102,18 @@ def test_held_lines_are_written_once_before_a_fork_and_never_by_the_child() -> N
     handler.stream.close()
     with os.fdopen(read) as pipe:
         assert pipe.read() == "200 GET /blocking\n"
+
+
+def test_a_line_s_time_stamp_is_made_once_a_second_and_is_always_its_own_second_s() -> None:
+    shape, stamp = "%(asctime)s.%(msecs)03d %(message)s", "%H:%M:%S"
+    ours, logging_s = BoundedFormatter(shape, stamp), logging.Formatter(shape, stamp)
+    for created in (1000.2, 1000.9, 1001.1, 999.5, 999.7, 86_400.0):
+        record = _record("tornado.access", logging.INFO, "200 GET /blocking")
+        record.created, record.msecs = created, (created % 1) * 1000
+        assert ours.format(record) == logging_s.format(record)
+
+
+def test_a_message_is_formatted_once_and_then_kept() -> None:
+    record = logging.LogRecord("tornado.access", logging.INFO, __file__, 1, "%d %s 100%%", (200, "GET"), None)
+    assert Bounded().filter(record)
+    assert (record.msg, record.args, record.getMessage()) == ("200 GET 100%", None, "200 GET 100%")

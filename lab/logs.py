@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import weakref
+from typing import TypeVar
 
 # The part of a request's URI an access-log line repeats.
 URI_CHARS = 200
@@ -44,6 +45,8 @@ class BoundedFormatter(logging.Formatter):
     _stamp: tuple[int, str] = (-1, "")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is None:  # (logging's default stamp ends in the record's own milliseconds)
+            return super().formatTime(record, datefmt)
         second, stamp = self._stamp
         if int(record.created) != second:
             second, stamp = self._stamp = (int(record.created), super().formatTime(record, datefmt))
@@ -53,7 +56,9 @@ class BoundedFormatter(logging.Formatter):
         return "\n".join(clip(line, MESSAGE_CHARS) for line in super().formatException(ei).splitlines())
 
 
-# How long a held access-log line may wait for the lines after it (BatchedHandler), and how many may wait.
+H = TypeVar("H", bound=logging.Handler)
+
+# How long a held access-log line waits for the lines after it (BatchedHandler), and how many may wait.
 BATCH_S = 0.1
 BATCH_LINES = 256
 # The loggers whose lines below WARNING are held: one line for every request the server answers.
@@ -61,17 +66,16 @@ BATCHED = frozenset({"tornado.access"})
 
 
 class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """stderr, where an access-log line below WARNING waits up to BATCH_S to be written with the lines after it.
+    """stderr, where an access-log line below WARNING is held to be written with the lines after it.
 
     A line written as it comes is a system call on the event loop's thread for every request, and the thread
-    lets go of the GIL for each: at a /threading request's end the pool thread that ran it still needs the GIL
-    to go back to its queue, takes it there, and the loop waits for it to give it back before it can answer
-    the next request. A lab writing each line read 1.3-1.6 times a bare Tornado's time for a
-    /threading/count?n=1 at one client; writing none, 1.2-1.5 (docs/results.md#overhead).
-    Any other line (a warning, an error, another logger's) is written at once, after the lines held before it,
-    so the log keeps its order. Held lines are written before a fork (no child inherits them to write again)
-    and at exit (logging.shutdown flushes every handler); a process killed outright loses at most BATCH_S's.
-    Held only on a thread running an event loop, whose timer writes them.
+    lets go of the GIL for it: at a /threading request's end the pool thread that ran the job still needs the
+    GIL to go back to its queue, takes it then, and the loop waits to have it back (docs/results.md#overhead).
+    Held lines are written by a timer of the loop BATCH_S after the first (so as soon after as the loop runs:
+    a /blocking run holds it), when BATCH_LINES are held, before any other line (a warning, an error, another
+    logger's: written at once, so this process's lines keep their order), before a fork, and at exit
+    (logging.shutdown flushes every handler). A process killed outright loses the lines it held. Held only on
+    a thread running an event loop, whose timer writes them; anywhere else a line is written at once.
     """
 
     def __init__(self) -> None:
@@ -102,13 +106,18 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._write("")
         elif self._timer_loop is not loop:
             self._timer_loop = loop
-            loop.call_later(BATCH_S, self.flush)
+            loop.call_later(BATCH_S, self._on_timer)
         return True
 
     def _write(self, text: str) -> None:
-        """The held lines, then `text`, in one write (the caller holds the handler's lock)."""
-        held, self._held = self._held, []
-        self.stream.write("".join(held) + text if held else text)
+        """The held lines, then `text`, in one write (the caller holds the handler's lock). Held lines are let go
+        once written: a stream that refuses them keeps the newest BATCH_LINES held, for the next write."""
+        try:
+            self.stream.write("".join(self._held) + text if self._held else text)
+        except BaseException:
+            del self._held[:-BATCH_LINES]
+            raise
+        self._held.clear()
         self.stream.flush()
 
     def write_held(self) -> None:
@@ -122,29 +131,62 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.write_held()
         super().flush()
 
+    def _on_timer(self) -> None:
+        # A stream that refuses keeps the lines held (_write), for the next line or the exit to write.
+        with contextlib.suppress(Exception):
+            self.write_held()
+
+    def _forget_held(self) -> None:
+        """In a forked child: its parent writes what it held (the lock is the child's own now: logging's
+        after-fork hook made it anew)."""
+        self._held.clear()
+        self._timer_loop = None
+
 
 _batched: weakref.WeakSet[BatchedHandler] = weakref.WeakSet()
 
 
-def _write_held_before_fork() -> None:
+def write_held() -> None:
+    """Write every handler's held lines: before a fork, and before anything that ends the process without
+    logging.shutdown (autoreload's exec)."""
     for handler in list(_batched):
-        handler.write_held()
+        with contextlib.suppress(Exception):  # (one whose stream refuses keeps its lines, and the next is written)
+            handler.write_held()
 
 
-os.register_at_fork(before=_write_held_before_fork)
+def _forget_held_after_fork() -> None:
+    for handler in list(_batched):
+        handler._forget_held()
 
 
-def configure(level: int = logging.INFO) -> None:
-    # What no line shows is not looked up for each record (the logging HOWTO's "Optimization"): its caller
-    # (a walk up the stack), its thread's, process's and task's names. Each was part of every access-log line.
+# Before: what the parent held is in the file before anything its child writes. In the child: a line another
+# thread held after that is the parent's to write, not the child's too.
+os.register_at_fork(before=write_held, after_in_child=_forget_held_after_fork)
+
+
+# The pid in every line: forked children, pool workers and the upstream interleave.
+LINE = "%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s: %(message)s"
+
+
+def lean_records() -> None:
+    """What no line shows is not looked up for each record (the logging HOWTO's "Optimization"): its caller (a
+    walk up the stack), its thread, its multiprocessing process's name, its asyncio task. Each was part of the
+    cost of every access-log line (docs/instruments.md). For the whole process: a format that asks for a
+    line number or a function's name gets 0 and "(unknown function)", and stack_info=True shows no stack."""
     logging._srcfile = None
     logging.logThreads = logging.logMultiprocessing = False
     logging.logAsyncioTasks = False  # type: ignore[attr-defined]  # (Python 3.12+)
-    # The pid in every line: forked children, pool workers and the upstream interleave.
+
+
+def bounded(handler: H) -> H:
+    """`handler`, writing the lab's lines (LINE), each bounded."""
+    handler.setFormatter(BoundedFormatter(LINE, datefmt="%H:%M:%S"))
+    handler.addFilter(Bounded())
+    return handler
+
+
+def configure(level: int = logging.INFO) -> None:
+    lean_records()
     logging.basicConfig(level=level, handlers=[BatchedHandler()])
-    formatter = BoundedFormatter(
-        "%(asctime)s.%(msecs)03d %(process)d %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
-    )
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(formatter)
-        handler.addFilter(Bounded())
+        bounded(handler)

@@ -7,6 +7,7 @@ import asyncio
 import io
 import logging
 import os
+import weakref
 
 from lab.logs import BATCH_LINES, BatchedHandler, Bounded, BoundedFormatter
 from tests.procs import wait_for
@@ -77,7 +78,7 @@ def test_held_lines_are_written_at_exit_once_the_loop_is_gone() -> None:
 
     asyncio.run(serve())  # (its timer went with it, unfired)
     assert stream.getvalue() == ""
-    handler.flush()  # what logging.shutdown does at exit
+    logging.shutdown([weakref.ref(handler)])  # what runs at exit, for this handler alone
     assert stream.getvalue() == "200 GET /blocking\n"
 
 
@@ -91,8 +92,10 @@ def test_held_lines_are_written_once_before_a_fork_and_never_by_the_child() -> N
         handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
         pid = os.fork()
         if pid == 0:  # the child: whatever it still held, it would write now
-            handler.flush()
-            os._exit(0)
+            try:
+                handler.flush()
+            finally:
+                os._exit(0)
         return pid
 
     os.waitpid(asyncio.run(serve()), 0)
@@ -117,3 +120,39 @@ def test_a_message_is_formatted_once_and_then_kept() -> None:
     record = logging.LogRecord("tornado.access", logging.INFO, __file__, 1, "%d %s 100%%", (200, "GET"), None)
     assert Bounded().filter(record)
     assert (record.msg, record.args, record.getMessage()) == ("200 GET 100%", None, "200 GET 100%")
+
+
+def test_lines_a_stream_refused_stay_held_and_go_with_the_next_write() -> None:
+    handler, stream = _handler()
+    refusing = True
+    written = stream.write
+
+    def write(text: str) -> int:
+        if refusing:
+            raise BlockingIOError(11, "stderr is full")
+        return written(text)
+
+    stream.write = write  # type: ignore[method-assign]
+
+    async def serve() -> None:
+        nonlocal refusing
+        handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
+        logging.raiseExceptions, raised = False, logging.raiseExceptions  # (handleError would print the refusal)
+        try:
+            handler.handle(_record("tornado.access", logging.WARNING, "404 GET /lost"))
+        finally:
+            logging.raiseExceptions = raised
+        refusing = False
+        handler.handle(_record("tornado.access", logging.WARNING, "404 GET /nope"))
+
+    asyncio.run(serve())
+    # The warning refused with them is lost, as a line written alone would be; the held line is not.
+    assert stream.getvalue() == "200 GET /blocking\n404 GET /nope\n"
+
+
+def test_the_default_time_stamp_keeps_each_record_s_milliseconds() -> None:
+    ours, logging_s = BoundedFormatter("%(asctime)s %(message)s"), logging.Formatter("%(asctime)s %(message)s")
+    for created in (1000.2, 1000.9):
+        record = _record("lab.server", logging.INFO, "ready")
+        record.created, record.msecs = created, (created % 1) * 1000
+        assert ours.format(record) == logging_s.format(record)

@@ -22,6 +22,7 @@ LINE_BUDGET = 700
 def test_a_250_kb_uri_adds_a_few_hundred_bytes_to_the_logs(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1")  # with the access log: a line per request
     upstream = get(f"{lab.url}/stats").json()["server"]["upstream"]
+    assert wait_for(lambda: "GET /stats " in lab.log())  # (its line is written a batch at a time: lab/logs.py)
     before = lab.log_path.stat().st_size
     for target in ("/" + "a" * HUGE, "/blocking?n=" + "9" * HUGE, "/stats?" + "%FF" * (HUGE // 3)):
         assert get(lab.url + target).status == 414

@@ -3,7 +3,7 @@
 What a request or a tick of the server pays for each thing the lab
 measures or keeps: the clocks, a schedstat read, the core and GIL meters'
 readings, the stats board's write, the request counters, the occupancy, a
-request's life, the envelope (and as JSON). Each is called in a tight loop, `repeat`
+request's life, the envelope (and as JSON), an access-log line. Each is called in a tight loop, `repeat`
 times in turn (round-robin, so a slow moment of a shared host falls on
 all), and the median per call is kept. What microseconds do not show is
 how often a call lets go of the GIL (each system call made with it
@@ -13,12 +13,15 @@ before the caller runs on (docs/instruments.md counts them with strace).
 
 from __future__ import annotations
 
+import io
+import logging
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from lab import logs
 from lab.instruments.cores import CoreMeter
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
@@ -62,6 +65,17 @@ def _life(lifecycle: Lifecycle) -> None:
     life.left()
 
 
+def _access_line() -> Callable[[], object]:
+    """One access-log line as the server makes it (handlers/app.py), written to memory, one by one (no event
+    loop runs here to hold them): a logger of its own, so that nothing reaches this process's stderr. The
+    logging flags the server sets (lab/logs.py's lean_records) are set for this whole process."""
+    logs.lean_records()
+    logger = logging.Logger("tornado.access")
+    logger.addHandler(logs.bounded(logs.BatchedHandler()))
+    logger.handlers[0].setStream(io.StringIO())  # type: ignore[attr-defined]
+    return lambda: logger.info("%d %s %s %.1fms%s", 200, "GET", "/threading/count?n=1", 0.31, "")
+
+
 def _calls(gil: GilMeter) -> dict[str, Callable[[], object]]:
     """Each instrument's one call (`gil`: a started meter)."""
     board, doc, stats, occupancy = Board(1), _board_doc(), RequestStats(), Occupancy()
@@ -83,6 +97,7 @@ def _calls(gil: GilMeter) -> dict[str, Callable[[], object]]:
         "stats board write": lambda: board.write(0, doc),
         "envelope": lambda: envelope(run, record, received=time.time(), pid=1, task_id=None),
         "envelope as JSON": lambda: to_json(envelope(run, record, received=time.time(), pid=1, task_id=None)),
+        "access-log line (made)": _access_line(),
         "timed run of count(1)": lambda: run_timed("count", {"n": 1}),
     }
 

@@ -90,6 +90,7 @@ async def serve(
     collector.settle()  # numpy, scikit-learn (unless lazy) and the app live as long as the process
     if config.debug:
         autoreload.add_reload_hook(kill_children)  # pools, clusters, the upstream: exec() would orphan them
+        autoreload.add_reload_hook(logs.write_held)  # exec() runs no logging.shutdown
     # Fair accept and dispatch both decide from what each process holds; the others need not know.
     policy = config.accept if config.forked else "all"
     lifecycle = services.lifecycle if policy in ("fair", "dispatch") else None

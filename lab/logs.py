@@ -70,7 +70,8 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     A line written as it comes is a system call on the event loop's thread for every request, and the thread
     lets go of the GIL for it: at a /threading request's end the pool thread that ran the job still needs the
-    GIL to go back to its queue, takes it then, and the loop waits to have it back (docs/results.md#overhead).
+    GIL to go back to its queue, can take it then, and the loop waits to have it back. Written so, a
+    /threading/count?n=1 at one client cost 6 % more (docs/results.md#overhead).
     Held lines are written by a timer of the loop BATCH_S after the first (so as soon after as the loop runs:
     a /blocking run holds it), when BATCH_LINES are held, before any other line (a warning, an error, another
     logger's: written at once, so this process's lines keep their order), before a fork, and at exit

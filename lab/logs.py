@@ -74,9 +74,10 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     /threading/count?n=1 at one client cost 6 % more (docs/results.md#overhead).
     Held lines are written by a timer of the loop BATCH_S after the first (so as soon after as the loop runs:
     a /blocking run holds it), when BATCH_LINES are held, before any other line (a warning, an error, another
-    logger's: written at once, so this process's lines keep their order), before a fork, and at exit
-    (logging.shutdown flushes every handler). A process killed outright loses the lines it held. Held only on
-    a thread running an event loop, whose timer writes them; anywhere else a line is written at once.
+    logger's: written at once, so this process's lines keep their order), and at exit (logging.shutdown
+    flushes every handler). A forked child forgets what its parent held: the parent writes it. A process
+    killed outright loses the lines it held. Held only on a thread running an event loop, whose timer writes
+    them; anywhere else a line is written at once.
     """
 
     def __init__(self) -> None:
@@ -107,7 +108,7 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._write("")
         elif self._timer_loop is not loop:
             self._timer_loop = loop
-            loop.call_later(BATCH_S, self._on_timer)
+            loop.call_later(BATCH_S, self._try_write_held)
         return True
 
     def _write(self, text: str) -> None:
@@ -123,17 +124,21 @@ class BatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def write_held(self) -> None:
         """Write the lines held, if any."""
-        with self.lock if self.lock is not None else contextlib.nullcontext():
+        self.acquire()
+        try:
             self._timer_loop = None
             if self._held:
                 self._write("")
+        finally:
+            self.release()
 
     def flush(self) -> None:
         self.write_held()
         super().flush()
 
-    def _on_timer(self) -> None:
-        # A stream that refuses keeps the lines held (_write), for the next line or the exit to write.
+    def _try_write_held(self) -> None:
+        """write_held, where nobody could hear of a failure (the loop's timer, autoreload's exec): a stream that
+        refuses keeps the lines held (_write), for the next line or the exit to write."""
         with contextlib.suppress(Exception):
             self.write_held()
 
@@ -148,11 +153,10 @@ _batched: weakref.WeakSet[BatchedHandler] = weakref.WeakSet()
 
 
 def write_held() -> None:
-    """Write every handler's held lines: before a fork, and before anything that ends the process without
-    logging.shutdown (autoreload's exec)."""
+    """Write every handler's held lines: before anything that ends the process without logging.shutdown
+    (autoreload's exec)."""
     for handler in list(_batched):
-        with contextlib.suppress(Exception):  # (one whose stream refuses keeps its lines, and the next is written)
-            handler.write_held()
+        handler._try_write_held()
 
 
 def _forget_held_after_fork() -> None:
@@ -160,9 +164,8 @@ def _forget_held_after_fork() -> None:
         handler._forget_held()
 
 
-# Before: what the parent held is in the file before anything its child writes. In the child: a line another
-# thread held after that is the parent's to write, not the child's too.
-os.register_at_fork(before=write_held, after_in_child=_forget_held_after_fork)
+# What a process held when it forked is its own to write, not its child's too.
+os.register_at_fork(after_in_child=_forget_held_after_fork)
 
 
 # The pid in every line: forked children, pool workers and the upstream interleave.

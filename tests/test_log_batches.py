@@ -8,25 +8,27 @@ import io
 import logging
 import os
 import weakref
+from typing import TextIO, TypeVar
 
 from lab.logs import BATCH_LINES, BatchedHandler, Bounded, BoundedFormatter
 from tests.procs import wait_for
+
+S = TypeVar("S", bound=TextIO)
 
 
 def _record(name: str, level: int, message: str) -> logging.LogRecord:
     return logging.LogRecord(name, level, __file__, 1, message, None, None)
 
 
-def _handler() -> tuple[BatchedHandler, io.StringIO]:
+def _handler(stream: S) -> tuple[BatchedHandler, S]:
     handler = BatchedHandler()
-    stream = io.StringIO()
     handler.setStream(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler, stream
 
 
 def test_on_the_event_loop_a_good_access_line_waits_for_the_timer_and_then_is_written() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
 
     async def serve() -> None:
         handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
@@ -40,7 +42,7 @@ def test_on_the_event_loop_a_good_access_line_waits_for_the_timer_and_then_is_wr
 
 
 def test_any_other_line_is_written_at_once_after_the_lines_held_before_it() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
 
     async def serve() -> None:
         handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
@@ -54,13 +56,13 @@ def test_any_other_line_is_written_at_once_after_the_lines_held_before_it() -> N
 
 
 def test_away_from_an_event_loop_every_line_is_written_at_once() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
     handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
     assert stream.getvalue() == "200 GET /blocking\n"
 
 
 def test_a_full_batch_is_written_without_waiting_for_the_timer() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
 
     async def serve() -> None:
         for i in range(BATCH_LINES):
@@ -71,7 +73,7 @@ def test_a_full_batch_is_written_without_waiting_for_the_timer() -> None:
 
 
 def test_held_lines_are_written_at_exit_once_the_loop_is_gone() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
 
     async def serve() -> None:
         handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
@@ -82,11 +84,9 @@ def test_held_lines_are_written_at_exit_once_the_loop_is_gone() -> None:
     assert stream.getvalue() == "200 GET /blocking\n"
 
 
-def test_held_lines_are_written_once_before_a_fork_and_never_by_the_child() -> None:
+def test_lines_held_at_a_fork_are_written_once_by_the_parent_and_never_by_the_child() -> None:
     read, write = os.pipe()
-    handler = BatchedHandler()
-    handler.setStream(os.fdopen(write, "w"))
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler, stream = _handler(os.fdopen(write, "w"))
 
     async def serve() -> int:
         handler.handle(_record("tornado.access", logging.INFO, "200 GET /blocking"))
@@ -101,8 +101,7 @@ def test_held_lines_are_written_once_before_a_fork_and_never_by_the_child() -> N
     os.waitpid(asyncio.run(serve()), 0)
     handler.flush()  # the parent's exit (logging.shutdown): whatever it still held, it writes now
     handler.close()
-    assert handler.stream is not None
-    handler.stream.close()
+    stream.close()
     with os.fdopen(read) as pipe:
         assert pipe.read() == "200 GET /blocking\n"
 
@@ -123,7 +122,7 @@ def test_a_message_is_formatted_once_and_then_kept() -> None:
 
 
 def test_lines_a_stream_refused_stay_held_and_go_with_the_next_write() -> None:
-    handler, stream = _handler()
+    handler, stream = _handler(io.StringIO())
     refusing = True
     written = stream.write
 

@@ -70,9 +70,10 @@ def _access_line() -> Callable[[], object]:
     loop runs here to hold them): a logger of its own, so that nothing reaches this process's stderr. The
     logging flags the server sets (lab/logs.py's lean_records) are set for this whole process."""
     logs.lean_records()
+    handler = logs.bounded(logs.BatchedHandler())
+    handler.setStream(io.StringIO())
     logger = logging.Logger("tornado.access")
-    logger.addHandler(logs.bounded(logs.BatchedHandler()))
-    logger.handlers[0].setStream(io.StringIO())  # type: ignore[attr-defined]
+    logger.addHandler(handler)
     return lambda: logger.info("%d %s %s %.1fms%s", 200, "GET", "/threading/count?n=1", 0.31, "")
 
 

@@ -24,7 +24,8 @@ from bench.lib.sizing.model import (
 )
 from bench.lib.sizing.outside import counters, switches_between, thread_switches
 from bench.lib.sizing.points import NEIGHBOUR, PREDICTED, SYNC_RULE, THREADS_RULE, Swept, order, sweep_points
-from bench.lib.sizing.probe import memory_of
+from bench.lib.sizing.probe import low_load_gil_ms, memory_of, split_of
+from bench.lib.sizing.targets import Target
 
 # Splits as bench.size measured them on the lab (ms): mix 30/70, count, a sleep, numpy's matmul.
 MIX = Split(cpu_ms=31.5, gil_ms=31.5, wait_ms=70.2, alone_ms=104.0)
@@ -168,6 +169,20 @@ def test_processes_beyond_the_cores_slow_each_other_only_when_they_compute_at_on
     # Five single-threaded processes of the 30/70 mix: better than taking turns all the time, worse than none.
     five = capacity(MIX, 2.0, Point(5, 1)).throughput_rps
     assert 5000 / (MIX.gil_ms * 2.5 + MIX.wait_ms) < five < 5000 / MIX.hold_ms
+
+
+def test_a_wsgi_app_s_wait_is_its_mean_time_less_its_mean_cpu_and_run_queue() -> None:
+    # A 20 ms sleep measured from outside in a 1 s phase in which the server's threads once waited a second for a
+    # core (CI, 2026-11-29): 24 ms of run queue a request on average, the median request untouched at 22 ms.
+    # Taken from the median, the wait came out 0; from the mean, over the same requests as the run queue, 20.
+    wsgi = Target("wsgi", "/wsgi/sleep?seconds=0.02", app="peers.app:application")
+    alone = {"envelope": None, "median_ms": 22.0, "mean_ms": 46.5, "cpu_ms": 2.3, "run_queue_ms": 24.0,
+             "variation": 0.5}  # fmt: skip
+    low = {"median_ms": 23.0, "mean_ms": 24.0, "cpu_ms": 2.3, "run_queue_ms": 0.5}
+    busy, queued = {"rps": 300.0, "client_cpu_ms": 0.4}, {"rps": 40.0, "run_queue_ms": 0.5}
+    split = split_of(wsgi, alone, busy, queued)
+    assert split.wait_ms == pytest.approx(20.2) and split.wait_ms > split.cpu_ms and split.alone_ms == 22.0
+    assert low_load_gil_ms(wsgi, alone, low) == 1.0  # 24 - 46.5, less the run queue's 0.5 - 24
 
 
 def test_a_split_without_cpu_is_refused() -> None:

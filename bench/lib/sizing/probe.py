@@ -77,6 +77,10 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
         "rps": round(len(tally.ok) / tally.window_s, 2),
         "failed": tally.failed,
         "median_ms": round(statistics.median(times), 2),
+        # Over the requests the counters below are shared among (the warm-up's too), so that one can be taken
+        # from the other: a stall of a second in a short phase raises the mean run queue and the mean time
+        # alike, where it leaves the median time as it was.
+        "mean_ms": round(1000 * tally.busy_s / count, 3),
         "variation": round(statistics.pvariance(times) / statistics.fmean(times) ** 2, 4),
         "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
         "cpu_ms": round(1000 * max(0.0, used.cpu_s - background * used.at) / count, 3),
@@ -90,18 +94,19 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
 
 def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued: dict[str, Any]) -> Split:
     """The model's split: from the alone phase the CPU from outside (at least the envelope's) and the wait on
-    purpose (the envelope's io_wait_ms, else its blocked time alone, else what is neither CPU nor core wait);
-    from the busy phase the GIL-held CPU, at most 1 / its throughput (one GIL: one request's GIL-held work at a
-    time, so a process whose threads all want it answers at most 1 / gil a second) and at most the CPU, and the
-    load generator's CPU a request; from the queued phase (one thread, always a request waiting for it) the
-    hand-off: its time a request, 1 / its throughput, beyond the CPU and the wait."""
+    purpose (the envelope's io_wait_ms, else its blocked time alone, else the mean time that was neither CPU nor
+    core wait, all three means over the same requests); from the busy phase the GIL-held CPU, at most 1 / its
+    throughput (one GIL: one request's GIL-held work at a time, so a process whose threads all want it answers at
+    most 1 / gil a second) and at most the CPU, and the load generator's CPU a request; from the queued phase (one
+    thread, always a request waiting for it) the hand-off: its time a request, 1 / its throughput, beyond the CPU
+    and the wait."""
     seen = alone["envelope"] or {}
     cpu = max(alone["cpu_ms"], seen.get("cpu_ms") or 0.0, 0.001)
     if target.kind == "lab":
         wait = seen.get("io_wait_ms")
         wait = seen.get("blocked_ms") if wait is None else wait
     else:
-        wait = alone["median_ms"] - cpu - alone["run_queue_ms"]
+        wait = alone["mean_ms"] - alone["cpu_ms"] - alone["run_queue_ms"]  # all three over the same requests
     gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
     wait = max(0.0, wait or 0.0)
     # (Less its time queued for a core: on a small machine the load generator's CPU takes turns with the
@@ -128,7 +133,7 @@ def low_load_gil_ms(target: Target, alone: dict[str, Any], low: dict[str, Any]) 
     if target.kind == "lab":
         seen = (low["envelope"] or {}).get("gil_wait_ms")
         return None if seen is None else float(seen)
-    extra = float(low["median_ms"] - alone["median_ms"] - (low["run_queue_ms"] - alone["run_queue_ms"]))
+    extra = float(low["mean_ms"] - alone["mean_ms"] - (low["run_queue_ms"] - alone["run_queue_ms"]))
     return round(max(0.0, extra), 3)
 
 

@@ -49,6 +49,7 @@ class Tally:
     shed: int = 0
     early: int = 0  # answered before the window (the warm-up)
     late: int = 0  # answered after it (the load winding down)
+    busy_s: float = 0.0  # closed: every request's time, in the window or not (the served ones')
 
     @property
     def served(self) -> int:
@@ -96,6 +97,7 @@ async def _closed(url: str, users: int, seconds: float, *, warmup_s: float, limi
             sent = time.monotonic()
             status, body = await fetch(url, limit_s, keep_body=keep)
             done = time.monotonic()
+            tally.busy_s += done - sent
             if done > end:
                 tally.late += 1
                 return  # answered after the window: the load was winding down

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -39,13 +42,28 @@ LIMITED = (
 )
 
 
+# Linux's SO_TIMESTAMPNS, which Python 3.11's socket module does not name: with it set, each read of a socket
+# also says when the kernel took in the data it returns.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
 class Reply:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes, sent: float, received: float) -> None:
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        body: bytes,
+        sent: float,
+        received: float,
+        *,
+        arrived: float | None = None,
+    ) -> None:
         self.status = status
         self.headers = headers
         self.body = body
         self.sent = sent
-        self.received = received
+        self.received = received  # when this process had read it all (its thread may have woken late)
+        self.arrived = arrived  # when the kernel took in its last byte (sent_stamped), however late the reader
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -85,6 +103,61 @@ def sent(url: str, pool: ThreadPoolExecutor, timeout: float = 60.0) -> Future[Re
     except BaseException:
         connection.close()
         raise
+
+
+class _Received:
+    """A reply read off the wire, as the socket http.client parses it from."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return io.BytesIO(self.data)
+
+
+def sent_stamped(url: str, pool: ThreadPoolExecutor, timeout: float = 60.0) -> Future[Reply]:
+    """sent(), and the reply's `arrived`: the kernel's time stamp of its last byte's arrival.
+
+    On loopback the kernel stamps a segment as the server's write hands it
+    over, not when the client's thread wakes to read it, which on a busy
+    machine can be a second later: `arrived` says when the server answered.
+    """
+    parts = urllib.parse.urlsplit(url)
+    target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+    started = time.time()
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=timeout)
+
+    def reply() -> Reply:
+        data, arrived = b"", None
+        with sock:
+            while chunk := _read_stamped(sock):
+                data += chunk[0]
+                arrived = chunk[1] if chunk[1] is not None else arrived
+        assert arrived is not None, "the kernel stamped none of the reply (SO_TIMESTAMPNS)"
+        response = http.client.HTTPResponse(_Received(data))  # type: ignore[arg-type]
+        response.begin()
+        return Reply(response.status, dict(response.headers), response.read(), started, time.time(), arrived=arrived)
+
+    try:
+        # Set before the request goes: the kernel stamps only what arrives while some socket asks for it.
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
+        return pool.submit(reply)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _read_stamped(sock: socket.socket) -> tuple[bytes, float | None] | None:
+    """One read: its bytes and the kernel's arrival stamp of the last of them; None at the end of the stream."""
+    data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(16))
+    if not data:
+        return None
+    for level, kind, raw in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = struct.unpack("qq", raw[:16])  # a struct timespec (64-bit Linux)
+            return data, seconds + nanoseconds / 1e9
+    return data, None
 
 
 def copies(url: str, n: int) -> list[str]:

@@ -54,9 +54,10 @@ def test_the_dial_moves_the_split_from_computing_to_waiting(server: LabServer) -
     # All computing: no wait on purpose, and nothing but a core to wait for (a worker alone with its GIL).
     assert computing["io_wait_ms"] == 0 and computing["cpu_ms"] >= 50 - 0.001
     assert computing["gil_wait_ms"] == 0 and computing["blocked_ms"] < computing["cpu_ms"], computing
-    # Mostly waiting: the 95 ms wait is most of the run unless the host queued the worker for more than 95 ms
-    # around its 5 ms of computing (under six busy loops on two cores it queued about as long as it computed).
-    assert waiting_["io_wait_ms"] == pytest.approx(95, abs=0.01) and waiting_["io_wait_ms"] > waiting_["run_ms"] / 2
+    # Mostly waiting: the 95 ms wait is most of the run, once what the worker spent queued for a core is left out
+    # (core_wait_ms: on a loaded host that can be longer than the wait itself).
+    mine = waiting_["run_ms"] - waiting_["core_wait_ms"]
+    assert waiting_["io_wait_ms"] == pytest.approx(95, abs=0.01) and waiting_["io_wait_ms"] > mine / 2, waiting_
     assert waiting_["io_wait_ms"] > 5 * waiting_["cpu_ms"], waiting_
     # Not blocked: its own wait is taken out of blocked, so none of it is blamed on the GIL.
     assert waiting_["blocked_ms"] < waiting_["io_wait_ms"] and waiting_["gil_wait_ms"] == 0, waiting_

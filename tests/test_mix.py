@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from lab.modes.registry import MODES
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
-from tests.lab_server import LabServer, copies, get, get_many
+from tests.lab_server import LabServer, Reply, copies, get, sent
 from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, SIZES, gil_wait
 from workloads import waits
 from workloads.mix import compute, mix
@@ -73,10 +74,31 @@ def test_a_wait_in_a_thread_is_not_the_gil_s(server: LabServer) -> None:
     assert timing["gil_wait_ms"] == timing["blocked_ms"] < timing["io_wait_ms"], timing
 
 
+def _awaited_together(url: str) -> tuple[list[Reply], float]:
+    """Four /async/mix runs of 30 ms computing and 300 ms waiting, and when the last request was in the kernel.
+
+    Sent from this thread behind a 1 s /blocking run, which holds the loop, so that it reads none of them before
+    all four are there, however late a client thread runs (four released together: one stalled gave three).
+    """
+    with ThreadPoolExecutor(5) as pool:
+        hold = sent(f"{url}/blocking/sleep?seconds=1", pool)
+        jobs = [sent(each, pool) for each in copies(f"{url}/async/mix?compute_ms=30&wait_ms=300", 4)]
+        all_sent = time.time()
+        assert hold.result().status == 200
+        return [job.result() for job in jobs], all_sent
+
+
 def test_async_awaits_mix_on_its_loop_thread_and_overlaps_only_the_waits(server: LabServer) -> None:
     # Four runs of 30 ms computing and 300 ms waiting: one thread computes them one at a time, but their
-    # waits overlap, so at some instant all four are in progress (each computes 30 ms, waits 300).
-    replies = get_many(copies(f"{server.url}/async/mix?compute_ms=30&wait_ms=300", 4))
+    # waits overlap, so at some instant all four are in progress (each computes 30 ms, waits 300). That needs all
+    # four requests in hand before the first run's wait ends: none may begin before the last is sent (a stall of
+    # this thread longer than the hold can undo it: checked, and tried again).
+    for _ in range(3):
+        replies, all_sent = _awaited_together(server.url)
+        if min(reply.json()["timing"]["started"] for reply in replies) > all_sent:
+            break
+    else:
+        pytest.fail("three times a run began before all four requests were sent")
     bodies = [reply.json() for reply in replies]
     assert {(b["worker"]["pid"], b["worker"]["thread"]) for b in bodies} == {
         (b["server"]["pid"], "MainThread") for b in bodies

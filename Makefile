@@ -46,7 +46,7 @@ $(VENV)/.load: $(VENV)/.runtime requirements-load.txt
 run: install
 	$(BIN)/python server.py $(ARGS)
 
-## test: dev deps, system tools the tests need (siege, chromium), lint, the whole suite
+## test: dev deps, system tools the tests need (siege, chromium, valgrind...), lint, the whole suite
 ## (two pytest workers, a file each at a time: most tests wait on servers, not on a core)
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev system-deps lint
@@ -91,9 +91,9 @@ compare: peers
 pictures: $(VENV)/.dev system-deps
 	$(BIN)/python -m scripts.screenshot $(ARGS)
 
-## system-deps: siege, chromium, postgresql, ab (apache2-utils) and iproute2 from apt, when missing
+## system-deps: siege, chromium, postgresql, ab (apache2-utils), iproute2 and valgrind from apt, when missing
 system-deps:
-	@scripts/system-deps.sh siege chromium postgresql ab ip
+	@scripts/system-deps.sh siege chromium postgresql ab ip valgrind
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -35,6 +35,15 @@ instruments  Each of the lab's instruments alone, in this process
         schedstat read, the core and GIL meters, the board, the counters, the
         occupancy, a request's life, the envelope.
 
+One more part, only when named in --parts, since it takes minutes:
+
+callgrind  A lab and a floor of its own, each run under valgrind's
+        callgrind (bench/lib/callgrind.py): for every route and concurrency,
+        thousands of instructions the serving process executes a request
+        (its idle rate taken off), lab / floor, in alternating rounds. A
+        count the host's speed does not move, where the hops part's times
+        move with it; not with --url.
+
 A route the lab cannot serve (interpreters before Python 3.12) is skipped
 with a line saying why. Writes overhead.json and overhead.md under
 bench/results/overhead-<stamp>/, with the machine, Python and commit.
@@ -58,6 +67,7 @@ if __package__ in (None, ""):  # run as `python bench/overhead.py`: make the `be
 from bench.lib.ab import ab_batch, need_ab
 from bench.lib.alternate import alternate
 from bench.lib.args import NO_FILES, OUT, ROUNDS, SERVER_ARGS, TIMEOUT, URL
+from bench.lib.callgrind import Counted, need_valgrind, per_request, valgrind_prefix
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.convoy import convoy
 from bench.lib.meters import instrument_costs
@@ -67,6 +77,7 @@ from bench.lib.sizing.outside import switches_between, thread_switches
 from bench.lib.tax import ROUTES, Target, lab_targets, report_lines, summaries
 
 PARTS = ("hops", "gil", "noise", "accept", "instruments")
+SLOW_PARTS = ("callgrind",)  # only when named
 SIDES = ("floor", "lab")
 NOISE_SIDES = ("floor", "copy")
 POLICIES = ("all", "dispatch")
@@ -94,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     URL.add(parser)
     SERVER_ARGS.add(parser, help="flags for the lab servers started here (all of them)")
     parser.add_argument("--routes", default=",".join(ROUTES), help=f"what to measure (default: {','.join(ROUTES)})")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts (default: {','.join(PARTS)})")
+    every = ",".join(PARTS + SLOW_PARTS)
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"which parts, of {every} (default: {','.join(PARTS)})"
+    )
     parser.add_argument("-c", "--concurrency", default="1,10", help="connections at once, a list (default: 1,10)")
     ROUNDS.add(parser, default=3, help="alternating rounds (default: 3)")
     parser.add_argument("--seconds", type=int, default=2, metavar="S", help="each ab batch, whole seconds (default: 2)")
@@ -115,7 +129,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.routes = _names(args.routes, ROUTES, "--routes", parser)
-    args.parts = _names(args.parts, PARTS, "--parts", parser)
+    args.parts = _names(args.parts, PARTS + SLOW_PARTS, "--parts", parser)
     args.concurrency = _integers(args.concurrency, "--concurrency", parser)
     check_ranges(parser, ("--rounds", args.rounds, 1, 50), ("--gil-requests", args.gil_requests, 1, 100),
                  ("--count", args.count, 1, 200_000_000), ("--gil-load", args.gil_load, 1, 200_000_000))  # fmt: skip
@@ -127,15 +141,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if {"hops", "accept"} & set(args.parts):
+    if {"hops", "accept", "callgrind"} & set(args.parts):
         need_ab("bench.overhead")
+    if "callgrind" in args.parts and not args.url:
+        need_valgrind("bench.overhead")
     command = "python -m bench.overhead " + shlex.join(sys.argv[1:] if argv is None else argv)
     return run_command(lambda: measure(args, command.strip()))
 
 
 def progress(row: dict[str, Any]) -> None:
     what = row.get("route") or (f"accept ({row['server']})" if "policy" in row else "gil")
-    shown = {key: row[key] for key in ("us_per_request", "per_second", "ping_median_ms", "ping_max_ms") if key in row}
+    keys = ("us_per_request", "per_second", "ping_median_ms", "ping_max_ms", "k_instructions")
+    shown = {key: row[key] for key in keys if key in row}
     print(f"round {row['round']} {row['side']:<8} {what} c={row.get('concurrency', '-')} {shown}", file=sys.stderr)
 
 
@@ -150,6 +167,10 @@ def measure(args: argparse.Namespace, command: str) -> None:
         doc["accept"] = accept(args)
     if "instruments" in args.parts:
         doc["instruments"] = instrument_costs()
+    if "callgrind" in args.parts and args.url:
+        doc.setdefault("skipped", []).append("callgrind: it starts a lab of its own under valgrind, not with --url")
+    elif "callgrind" in args.parts:
+        doc["callgrind"] = counted(args)
     doc["machine"] = machine_facts(None)
     doc["summaries"] = summaries(doc)
     print("\n".join(report_lines(doc)))
@@ -247,6 +268,33 @@ def accept(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         items = [(server, c) for c in args.concurrency for server in SIDES[::-1]]
         return alternate(items, POLICIES, args.rounds, one, progress)
+
+
+def counted(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """A lab and a floor sized after it, each under callgrind: every route and concurrency, alternating, the
+    serving process's instructions a request (bench/lib/callgrind.py), after an unmeasured batch each."""
+    with tempfile.TemporaryDirectory(prefix="overhead-callgrind-") as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        lab = stack.enter_context(LocalServer(shlex.split(args.server_args), folder / "lab.log",
+                                              prefix=valgrind_prefix(folder, "lab")))  # fmt: skip
+        targets, skipped, flags, _ = lab_targets(lab.url, args)
+        for line in skipped:
+            print(f"skipped: {line}", file=sys.stderr)
+        floor, floor_pid = stack.enter_context(floor_server(folder, flags, prefix=valgrind_prefix(folder, "floor")))
+        assert lab.process is not None  # (started)
+        servers = {"lab": (lab.url, Counted(lab.process.pid, folder, "lab")),
+                   "floor": (floor, Counted(floor_pid, folder, "floor"))}  # fmt: skip
+        for target in targets:
+            for base, _ in servers.values():
+                ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+
+        def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
+            (target, c), (base, server) = item, servers[side]
+            found = per_request(server, base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
+            return {"route": target.route, "path": target.path, "concurrency": c, **found}
+
+        items = [(target, c) for target in targets for c in args.concurrency]
+        return alternate(items, SIDES, args.rounds, one, progress)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Install the system packages the lab needs, only when missing.
 #   scripts/system-deps.sh venv PYTHON   check PYTHON is 3.11+ and can create a venv
 #   scripts/system-deps.sh build PYTHON  a C compiler and PYTHON's headers, to build uWSGI from its source
-#   scripts/system-deps.sh siege chromium postgresql ab ip
+#   scripts/system-deps.sh siege chromium postgresql ab ip valgrind
 set -euo pipefail
 
 apt_install() {
@@ -54,6 +54,8 @@ build)
             ab) missing+=(apache2-utils) ;;  # ApacheBench: bench.overhead's load generator
             # ip and tc: the network tests' hosts (tests/test_distributed_network.py, as root).
             ip | tc) missing+=(iproute2) ;;
+            # valgrind's callgrind and callgrind_control: bench.overhead's callgrind part.
+            valgrind) missing+=(valgrind) ;;
             *) missing+=("$tool") ;;
         esac
     done

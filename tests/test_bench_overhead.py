@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
-from bench.lib.tax import accept_summary, gil_summary, hop_summary, noise_summary
+from bench.lib.tax import accept_summary, callgrind_summary, gil_summary, hop_summary, noise_summary
 from bench.overhead import parse_args
 from lab import ROOT
 from tests.bench_helpers import Tracked
@@ -108,6 +109,23 @@ def test_the_accept_summary_is_dispatch_over_all_per_server_a_row_without_one_th
     assert (floor["server"], floor["ratios"], floor["client_cpu_share"], floor["failed"]) == ("floor", [0.7], 0.5, 1)
 
 
+def test_the_callgrind_summary_is_lab_over_floor_instructions_round_by_round() -> None:
+    rows = [
+        {"round": 1, "side": "floor", "route": "ping", "concurrency": 1, "k_instructions": 1000.0,
+         "idle_share": 0.0, "requests": 40, "failed": 0},
+        {"round": 1, "side": "lab", "route": "ping", "concurrency": 1, "k_instructions": 1070.0,
+         "idle_share": 0.15, "requests": 38, "failed": 0},
+        {"round": 2, "side": "lab", "route": "ping", "concurrency": 1, "k_instructions": 1080.0,
+         "idle_share": 0.17, "requests": 37, "failed": 0},
+        {"round": 2, "side": "floor", "route": "ping", "concurrency": 1, "k_instructions": 1000.0,
+         "idle_share": 0.0, "requests": 41, "failed": 0},
+    ]  # fmt: skip
+    assert callgrind_summary(rows) == [{
+        "route": "ping", "concurrency": 1, "floor_k": 1000.0, "lab_k": 1075.0, "ratios": [1.07, 1.08], "ratio": 1.075,
+        "idle_share": 0.17, "requests": 156, "failed": 0,
+    }]  # fmt: skip
+
+
 def test_a_round_missing_a_side_has_no_ratio() -> None:
     rows = [{"round": 1, "side": "floor", "x": 100.0}, {"round": 1, "side": "lab", "x": 110.0},
             {"round": 2, "side": "lab", "x": 130.0}]  # fmt: skip
@@ -171,6 +189,21 @@ def test_without_ab_it_says_how_to_install_it(tmp_path: Path) -> None:
     assert done.returncode == 2 and "apache2-utils" in done.stderr and done.stderr.count("\n") == 1
 
 
+def test_without_valgrind_the_callgrind_part_says_how_to_install_it(tmp_path: Path) -> None:
+    found = shutil.which("ab")
+    assert found is not None
+    (tmp_path / "ab").symlink_to(found)  # ab on the PATH, valgrind not
+    done = subprocess.run([*OVERHEAD, "--no-files", "--parts", "callgrind"], cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": str(tmp_path)}, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 2 and "valgrind" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_the_callgrind_part_is_skipped_with_a_reason_against_a_running_lab() -> None:
+    done = run(["--no-files", "--parts", "callgrind", "--url", "http://127.0.0.1:9"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "skipped: callgrind: it starts a lab of its own under valgrind, not with --url" in done.stdout
+
+
 # ---------- against servers ----------
 
 
@@ -231,3 +264,24 @@ def test_on_its_own_it_starts_the_lab_the_floor_and_the_forked_labs_and_stops_th
     assert all(r["requests"] > 0 and r["failed"] == 0 for r in doc["accept"])
     assert "dispatch/all" in stdout
     assert [(row["server"], len(row["ratios"])) for row in doc["summaries"]["accept"]] == [("lab", 2), ("floor", 2)]
+
+
+@pytest.mark.timeout(400)  # a lab and a floor under valgrind: each starts several times slower, runs ~40 times
+def test_callgrind_counts_each_sides_instructions_a_request_in_turn_and_stops_both(tmp_path: Path) -> None:
+    argv = [*OVERHEAD, "--server-args", "--process-pool 1", "--routes", "ping,threading", "--concurrency", "1",
+            "--rounds", "2", "--seconds", "1", "--parts", "callgrind", "--out", str(tmp_path)]  # fmt: skip
+    with Tracked(argv) as tracked:
+        stdout, stderr = tracked.communicate(timeout=380)
+        assert tracked.process.returncode == 0, stderr
+        assert tracked.survivors() == []  # both servers, and valgrind with them
+    rows = json.loads((tmp_path / "overhead.json").read_text())["callgrind"]
+    assert [(r["round"], r["route"], r["side"]) for r in rows] == [
+        (1, "ping", "floor"), (1, "ping", "lab"), (1, "threading", "floor"), (1, "threading", "lab"),
+        (2, "ping", "lab"), (2, "ping", "floor"), (2, "threading", "lab"), (2, "threading", "floor"),
+    ]  # fmt: skip
+    assert all(r["requests"] > 0 and r["failed"] == 0 and r["k_instructions"] > 0 for r in rows)
+    # Counted a request, on each side: a /threading request does what a /ping does, and its hand-over to a pool
+    # thread and back besides (about a fifth more on both sides here).
+    counted = {(r["round"], r["route"], r["side"]): r["k_instructions"] for r in rows}
+    assert all(counted[n, "threading", side] > counted[n, "ping", side] for n in (1, 2) for side in ("floor", "lab"))
+    assert "lab/floor" in stdout and "callgrind: thousands of instructions a request" in stdout

@@ -251,8 +251,10 @@ class LocalServer:
     """`server.py --port 0` in its own session, so stopping it takes its whole process group. `quiet`: no note
     on stderr (a lazy lab's: _say_lazy)."""
 
-    def __init__(self, flags: Sequence[str], log_path: Path, *, quiet: bool = False) -> None:
+    def __init__(self, flags: Sequence[str], log_path: Path, *, quiet: bool = False,
+                 prefix: Sequence[str] = ()) -> None:  # fmt: skip
         self.flags = ["--port", "0", "--no-access-log", *flags]
+        self.prefix = list(prefix)  # a command the server's Python runs under (valgrind's: bench/lib/callgrind.py)
         self.log_path = log_path
         self.quiet = quiet
         self.process: subprocess.Popen[bytes] | None = None
@@ -261,7 +263,7 @@ class LocalServer:
     def start(self, timeout: float = 120.0) -> LocalServer:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "server.py", *self.flags],
+                [*self.prefix, sys.executable, "server.py", *self.flags],
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -296,12 +298,15 @@ class LocalServer:
 
 
 @contextlib.contextmanager
-def floor_server(folder: Path, flags: Sequence[str] = (), name: str = "floor") -> Iterator[tuple[str, int]]:
+def floor_server(folder: Path, flags: Sequence[str] = (), name: str = "floor",
+                 prefix: Sequence[str] = ()) -> Iterator[tuple[str, int]]:  # fmt: skip
     """The bare Tornado floor (bench/bare_server.py) on a free port, in its own session, logging to
-    `folder`/`name`.log; its (url, pid), stopped with its group however the run ends."""
+    `folder`/`name`.log, its Python run under `prefix` if given; its (url, pid), stopped with its group however
+    the run ends."""
     log_path = folder / f"{name}.log"
+    argv = [*prefix, sys.executable, "-m", "bench.bare_server", "--port", "0", *flags]
     with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "bench.bare_server", "--port", "0", *flags], cwd=ROOT,
+        process = subprocess.Popen(argv, cwd=ROOT,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
     try:

@@ -199,6 +199,27 @@ def accept_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def callgrind_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per route and concurrency: each side's thousands of instructions a request, median over the rounds, and
+    lab / floor round by round."""
+
+    def hop(row: Mapping[str, Any]) -> tuple[str, int]:
+        return str(row["route"]), int(row["concurrency"])
+
+    summary = []
+    for (route, c), found in ratios(rows, "k_instructions", ("lab", "floor"), hop).items():
+        mine = [r for r in rows if hop(r) == (route, c)]
+        summary.append({
+            "route": route, "concurrency": c,
+            "floor_k": _median([r["k_instructions"] for r in mine if r["side"] == "floor"]),
+            "lab_k": _median([r["k_instructions"] for r in mine if r["side"] == "lab"]),
+            "ratios": found["rounds"], "ratio": found["median"],
+            "idle_share": max(r["idle_share"] or 0.0 for r in mine),
+            "requests": sum(r["requests"] for r in mine), "failed": sum(r["failed"] for r in mine),
+        })  # fmt: skip
+    return summary
+
+
 def summaries(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {
         "hops": hop_summary(doc.get("hops", [])),
@@ -206,6 +227,7 @@ def summaries(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "noise": noise_summary(doc.get("noise", [])),
         "accept": accept_summary(doc.get("accept", [])),
         "instruments": list(doc.get("instruments", [])),
+        "callgrind": callgrind_summary(doc.get("callgrind", [])),
     }
 
 
@@ -239,6 +261,12 @@ NOISE_COLUMNS = (
     RATIOS, Column("ratio", "copy/floor"), Column("cpu_ratio", "CPU copy/floor"), Column("failed", "failed", "{:d}"),
 )  # fmt: skip
 INSTRUMENT_COLUMNS = (Column("instrument", "instrument", "{}"), Column("us_per_call", "µs per call"))
+CALLGRIND_COLUMNS = (
+    Column("route", "route", "{}"), Column("concurrency", "c", "{:d}"),
+    Column("floor_k", "floor k instr.", "{:.0f}"), Column("lab_k", "lab k instr.", "{:.0f}"),
+    RATIOS, Column("ratio", "lab/floor"), Column("idle_share", "idle taken off"),
+    Column("requests", "requests", "{:d}"), Column("failed", "failed", "{:d}"),
+)  # fmt: skip
 TITLES = {
     "hops": (
         "hops: µs per request (wall time over the batch), median over the rounds; lab/floor per round",
@@ -254,6 +282,11 @@ TITLES = {
         ACCEPT_COLUMNS,
     ),
     "instruments": ("instruments: each alone, in the bench's own process", INSTRUMENT_COLUMNS),
+    "callgrind": (
+        "callgrind: thousands of instructions a request in the serving process, its idle rate taken off; "
+        "median over the rounds, lab/floor per round",
+        CALLGRIND_COLUMNS,
+    ),
 }
 
 

@@ -105,12 +105,11 @@ def run(args: argparse.Namespace, folder: Path, report: Callable[[dict[str, Any]
     rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
         lab = stack.enter_context(LocalServer(shlex.split(args.server_args), folder / "lab.log"))
-        assert lab.process is not None
         flags = ["--settled-collector"] if args.settled_floor else []
         if args.floor == "upstream":  # the same call to the same upstream: the lab's own
             flags += ["--upstream", upstream_of(lab.url)]
         bare = stack.enter_context(floor_server(folder, flags))
-        servers = {"bare": bare, "lab": (lab.url, lab.process.pid)}
+        servers = {"bare": bare, "lab": (lab.url, lab.pid)}
         for side in SIDES:
             asyncio.run(burst(servers[side][0], targets[side], args.concurrency, allowed))
         for number in range(1, args.rounds + 1):

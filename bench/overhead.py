@@ -281,8 +281,7 @@ def counted(args: argparse.Namespace) -> list[dict[str, Any]]:
         for line in skipped:
             print(f"skipped: {line}", file=sys.stderr)
         floor, floor_pid = stack.enter_context(floor_server(folder, flags, prefix=valgrind_prefix(folder, "floor")))
-        assert lab.process is not None  # (started)
-        servers = {"lab": (lab.url, Counted(lab.process.pid, folder, "lab")),
+        servers = {"lab": (lab.url, Counted(lab.pid, folder, "lab")),
                    "floor": (floor, Counted(floor_pid, folder, "floor"))}  # fmt: skip
         for target in targets:
             for base, _ in servers.values():

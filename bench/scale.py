@@ -111,8 +111,7 @@ def measure(series: Series, level: int, seconds: float, log_dir: Path) -> Point:
     target = series.path.format(seconds=seconds)
     with LocalServer(flags, log_dir / f"server-{series.name}-{level}.log") as server:
         facts = server_facts(server.url, 30)
-        assert server.process is not None
-        pid = server.process.pid
+        pid = server.pid
         watcher = TreeWatcher(lambda: tree(pid), interval=0.05)
         before = watcher.sample().rss
         with watcher:

@@ -161,8 +161,7 @@ def _soak(args: argparse.Namespace, plan: Plan) -> int:
     print(f"starting a server: server.py {server_args} (its log: {out / 'server.log'})", file=sys.stderr)
     # Its log stays with the results: what the lab said while it was soaked explains what the soak saw.
     with LocalServer(shlex.split(server_args), out / "server.log") as server:
-        assert server.process is not None
-        return _measure(server.url, server.process.pid, plan, out, server_args)
+        return _measure(server.url, server.pid, plan, out, server_args)
 
 
 def _measure(url: str, root: int | None, plan: Plan, out: Path, server_args: str | None = None) -> int:

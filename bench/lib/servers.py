@@ -279,6 +279,13 @@ class LocalServer:
             _say_lazy()
         return self
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (its Python's, or the prefix command's, which runs it in the same process)."""
+        if self.process is None:
+            raise RuntimeError("the server has not been started")
+        return self.process.pid
+
     def stop(self, grace: float = 5.0) -> None:
         """Stop the server and everything in its process group; reap it.
 

@@ -39,10 +39,11 @@ One more part, only when named in --parts, since it takes minutes:
 
 callgrind  A lab and a floor of its own, each run under valgrind's
         callgrind (bench/lib/callgrind.py): for every route and concurrency,
-        thousands of instructions the serving process executes a request
-        (its idle rate taken off), lab / floor, in alternating rounds. A
-        count the host's speed does not move, where the hops part's times
-        move with it; not with --url.
+        as many requests as its warm-up answered in --seconds, every one
+        answered; thousands of instructions the serving process executes a
+        request (its idle rate taken off), lab / floor, in alternating
+        rounds. A count the host's speed does not move, where the hops
+        part's times move with it; not with --url.
 
 A route the lab cannot serve (interpreters before Python 3.12) is skipped
 with a line saying why. Writes overhead.json and overhead.md under
@@ -283,13 +284,17 @@ def counted(args: argparse.Namespace) -> list[dict[str, Any]]:
         floor, floor_pid = stack.enter_context(floor_server(folder, flags, prefix=valgrind_prefix(folder, "floor")))
         servers = {"lab": (lab.url, Counted(lab.pid, folder, "lab")),
                    "floor": (floor, Counted(floor_pid, folder, "floor"))}  # fmt: skip
+        rates = {}  # each side's requests a second on each route, from its warm-up: how many make --seconds
         for target in targets:
-            for base, _ in servers.values():
-                ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+            for side, (base, _) in servers.items():
+                warm = ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+                rates[side, target] = warm.per_second
 
         def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
             (target, c), (base, server) = item, servers[side]
-            found = per_request(server, base + target.path, concurrency=c, seconds=args.seconds, timeout=args.timeout)
+            requests = max(4 * c, round(rates[side, target] * args.seconds))
+            found = per_request(server, base + target.path, concurrency=c, requests=requests, seconds=args.seconds,
+                                timeout=args.timeout)  # fmt: skip
             return {"route": target.route, "path": target.path, "concurrency": c, **found}
 
         items = [(target, c) for target in targets for c in args.concurrency]

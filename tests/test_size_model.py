@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -9,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from bench.lib.sizing import answer
+from bench.lib.sizing import answer, traffic
 from bench.lib.sizing.model import (
     TIE,
     Memory,
@@ -185,21 +186,37 @@ def test_a_wsgi_app_s_wait_is_its_mean_time_less_its_mean_cpu_and_run_queue() ->
     assert low_load_gil_ms(wsgi, alone, low) == 1.0  # 24 - 46.5, less the run queue's 0.5 - 24
 
 
-def test_the_load_generator_s_wait_for_a_core_is_not_the_server_s_hand_off() -> None:
+def test_time_with_nothing_in_flight_is_not_the_server_s_hand_off() -> None:
     # count on the lab: 2.5 ms of CPU, no wait; one thread with four users answered 300 a second (3.33 ms each),
-    # 0.1 ms of it the server queued for a core and 0.8 the load generator (a client stalled a quarter of a
-    # second in a one-second phase). Counted as the server's, that 0.8 was a hand-off, and a second thread.
+    # 0.1 ms of it the server queued for a core, and for 0.8 ms a request nothing was in flight (the load
+    # generator stalled a quarter of a second in a one-second phase). Counted as the server's, that 0.8 was a
+    # hand-off, and a second thread.
     lab = Target("lab", "/threading/count?n=20000", workload="count")
     alone = {"envelope": {"cpu_ms": 2.5, "io_wait_ms": 0.0}, "median_ms": 2.7, "mean_ms": 2.8, "cpu_ms": 2.5,
              "run_queue_ms": 0.1, "variation": 0.1}  # fmt: skip
     busy = {"rps": 380.0, "client_cpu_ms": 0.5}
-    queued = {"rps": 300.0, "run_queue_ms": 0.1, "client_run_queue_ms": 0.8}
+    queued = {"rps": 300.0, "run_queue_ms": 0.1, "unsent_ms": 0.8}
     split = split_of(lab, alone, busy, queued)
     assert split.handoff_ms == 0.0
     assert recommend(split, 2.0, NO_LIMIT, None, 9) == Point(2, 1)
-    stalled = split_of(lab, alone, busy, {**queued, "client_run_queue_ms": 0.0})
+    stalled = split_of(lab, alone, busy, {**queued, "unsent_ms": 0.0})
     assert stalled.handoff_ms == pytest.approx(0.733, abs=0.001)
     assert recommend(stalled, 2.0, NO_LIMIT, None, 9) == Point(2, 2)
+
+
+def test_a_closed_load_counts_the_time_nothing_was_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A user whose request got no answer rests REFUSED_PAUSE_S before the next, with nothing in flight: at least
+    # that long for every answer in the window but the first (a sleep never ends early). No server: a fetch
+    # that answers nothing after 10 ms.
+    async def unanswered(url: str, limit_s: float, *, keep_body: bool = False) -> tuple[int, bytes]:
+        await asyncio.sleep(0.01)
+        return 0, b""
+
+    monkeypatch.setattr(traffic, "fetch", unanswered)
+    tally = traffic.closed("http://127.0.0.1:9/", 1, 0.6, warmup_s=0.1)
+    assert len(tally.answers) >= 2
+    assert tally.unsent_s >= (len(tally.answers) - 1) * traffic.REFUSED_PAUSE_S
+    assert tally.unsent_s < tally.window_s
 
 
 def test_a_split_without_cpu_is_refused() -> None:

@@ -63,22 +63,34 @@ def need_ab(tool: str) -> str:
 
 
 def ab_batch(
-    url: str, *, concurrency: int, seconds: int, keep_alive: bool = True, head: bool = False, timeout: float = 60
+    url: str,
+    *,
+    concurrency: int,
+    seconds: int,
+    keep_alive: bool = True,
+    head: bool = False,
+    timeout: float = 60,
+    requests: int | None = None,
 ) -> Batch:
     """Requests to `url` from `concurrency` connections at once for `seconds` (keep-alive, or a connection each).
 
-    Whole seconds: ab reads its time limit as an integer (0 would be none at all).
+    Whole seconds: ab reads its time limit as an integer (0 would be none at all). `requests`: that many, every
+    one answered, however long they take (at a time limit ab leaves up to `concurrency` sent and unanswered,
+    which the server still serves); `seconds` is then how long they are expected to take, and ab is given
+    twenty times that.
     """
     if seconds < 1:
         raise ValueError("ab's time limit is a whole number of seconds, at least 1")
-    flags = ["-q", "-s", f"{timeout:g}", "-t", str(seconds), "-n", str(MAX_REQUESTS), "-c", str(concurrency)]
+    limit = ["-t", str(seconds), "-n", str(MAX_REQUESTS)] if requests is None else ["-n", str(requests)]
+    flags = ["-q", "-s", f"{timeout:g}", *limit, "-c", str(concurrency)]
     flags += ["-k"] if keep_alive else []
     flags += ["-i"] if head else []
     with tempfile.TemporaryDirectory(prefix="ab-") as folder:
         percentiles = Path(folder) / "percentiles.csv"
         before = _children_cpu()
         done = subprocess.run(["ab", *flags, "-e", str(percentiles), url], capture_output=True, text=True,
-                              timeout=seconds + timeout + 30, check=False)  # fmt: skip
+                              timeout=seconds * (1 if requests is None else 20) + timeout + 30,
+                              check=False)  # fmt: skip
         cpu = _children_cpu() - before
         if done.returncode != 0 or "Complete requests" not in done.stdout:
             raise RuntimeError(f"ab {url} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")

@@ -17,15 +17,19 @@ part's times do.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.lib.ab import ab_batch
 from bench.lib.optional import need_program
 
 INSTALL = "sudo apt-get install valgrind (or make system-deps)"
+
+T = TypeVar("T")
 
 CONTROL_TIMEOUT_S = 60.0  # callgrind_control waits for the program to reach a point where it can answer
 DUMP_WAIT_S = 30.0
@@ -53,60 +57,80 @@ class Counted:
         self._control("-i", "on")
 
     def _control(self, *flags: str) -> None:
-        subprocess.run(["callgrind_control", *flags, str(self.pid)], stdin=subprocess.DEVNULL,
-                       capture_output=True, check=True, timeout=CONTROL_TIMEOUT_S)  # fmt: skip
+        command = ["callgrind_control", *flags, str(self.pid)]
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=CONTROL_TIMEOUT_S, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{shlex.join(command)} had no answer in {CONTROL_TIMEOUT_S:g} s") from None
+        said = (done.stdout + done.stderr).strip()
+        # It exits 0 whether or not it found the run: its words say which.
+        if done.returncode != 0 or "Error" in said or "No active callgrind" in said:
+            raise RuntimeError(f"{shlex.join(command)}: {said[-300:]}")
 
-    def zero(self) -> None:
+    def zero(self) -> float:
+        """Count from now on: time.monotonic() once callgrind has zeroed its counts."""
         self._control("-z")
+        return time.monotonic()
 
-    def dump(self) -> int:
-        """The instructions counted since the last zero (or dump), every thread's: callgrind writes them to a new
-        file, whose last lines hold the totals."""
+    def dump(self) -> tuple[int, float]:
+        """The instructions counted since the last zero (or dump), every thread's, and time.monotonic() once
+        callgrind has written them (to a new file: callgrind_control returns when it is written)."""
         before = set(self._folder.glob(self._dumps))
         self._control("-d")
-        deadline = time.monotonic() + DUMP_WAIT_S
+        ended = time.monotonic()
+        deadline = ended + DUMP_WAIT_S
         while time.monotonic() < deadline:
             for path in set(self._folder.glob(self._dumps)) - before:
-                total = totals(path)
+                total = summary(path)
                 if total is not None:
-                    return total
+                    return total, ended
             time.sleep(0.05)
         raise RuntimeError(f"callgrind wrote no dump for pid {self.pid} in {DUMP_WAIT_S:g} s")
 
+    def over(self, work: Callable[[], T]) -> tuple[T, int, float]:
+        """`work()`'s result, the instructions counted while it ran, and the seconds they were counted over (from
+        the zero's return to the dump's: the same way for a quiet spell and a batch)."""
+        began = self.zero()
+        result = work()
+        total, ended = self.dump()
+        return result, total, ended - began
 
-def totals(path: Path) -> int | None:
-    """The instructions a callgrind dump counted (its `totals:` or `summary:` line), None if not written yet."""
+
+def summary(path: Path) -> int | None:
+    """The instructions a callgrind dump counted, its `summary:` line (what callgrind_annotate reads; its
+    `totals:` can include what ran before a zero), None if not written yet."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    for line in reversed(lines):
-        if line.startswith(("totals:", "summary:")):
+    for line in lines:
+        if line.startswith("summary:"):
             return int(line.split()[1])
     return None
 
 
-def idle_rate(counted: Counted, seconds: int) -> float:
-    """Instructions a second the server executes over `seconds` with nothing sent."""
-    counted.zero()
-    time.sleep(seconds)
-    return counted.dump() / seconds
-
-
-def per_request(counted: Counted, url: str, *, concurrency: int, seconds: int, timeout: float) -> dict[str, Any]:
-    """One batch of ab (keep-alive) at `url`: the server's instructions a request, its idle rate taken off.
+def per_request(
+    counted: Counted, url: str, *, concurrency: int, requests: int, seconds: int, timeout: float
+) -> dict[str, Any]:
+    """`requests` requests of ab (keep-alive) at `url`, every one answered: the server's instructions a request,
+    its idle rate taken off.
 
     The idle rate is counted over `seconds` with nothing sent before the batch and again after it, and the lower
     of the two taken: the first can catch the end of what came before (a floor, which has no timers, once read
-    3.3 million a second there and 0.03 million the next round).
+    3.3 million a second there and 0.03 million the next round). Taking it off assumes the lab's own timers
+    (its GIL meter, its /stats board) do under load what they do idle.
     """
-    before = idle_rate(counted, seconds)
-    counted.zero()
-    began = time.monotonic()
-    batch = ab_batch(url, concurrency=concurrency, seconds=seconds, timeout=timeout)
-    elapsed = time.monotonic() - began
-    total = counted.dump()
-    idle_per_s = min(before, idle_rate(counted, seconds))
+
+    def quiet() -> None:
+        time.sleep(seconds)
+
+    _, idle, idle_s = counted.over(quiet)
+    batch, total, elapsed = counted.over(
+        lambda: ab_batch(url, concurrency=concurrency, seconds=seconds, timeout=timeout, requests=requests)
+    )
+    _, after, after_s = counted.over(quiet)
+    idle_per_s = min(idle / idle_s, after / after_s)
     n = batch.requests
     return {
         "requests": n,

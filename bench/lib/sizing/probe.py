@@ -26,7 +26,6 @@ one thread; what the eight busy threads had beyond it, each thread's.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -66,10 +65,8 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
     context switches of the serving processes; the envelopes' split on a lab route."""
     processes = server.serving()
     before, client_before = outside.counters(processes), time.process_time()
-    client_queued = outside.run_queue_s(os.getpid())
     tally = traffic.closed(server.url, users, seconds, warmup_s=0.3, keep_bodies=server.target.kind == "lab")
     used, client_s = outside.counters(processes) - before, time.process_time() - client_before
-    client_queued = outside.run_queue_s(os.getpid()) - client_queued
     if not tally.ok:
         raise RuntimeError(f"no request to {server.url} was answered with 2xx in {seconds:g} s")
     count = tally.served
@@ -88,8 +85,8 @@ def phase(server: Server, users: int, seconds: float, background: float) -> dict
         "p95_ms": round(percentile(times, 0.95) or 0.0, 2),
         "cpu_ms": round(1000 * max(0.0, used.cpu_s - background * used.at) / count, 3),
         "client_cpu_ms": round(1000 * client_s / count, 3),  # the load generator's (this process's)
-        # Its time waiting for a core: while it waited, a server with requests to take could run out of them.
-        "client_run_queue_ms": round(1000 * client_queued / count, 3),
+        # The window's time with no request in flight, a request answered: the load generator late to send.
+        "unsent_ms": round(1000 * tally.unsent_s / len(tally.ok), 3),
         "run_queue_ms": round(1000 * used.run_queue_s / count, 3),
         "switches": round(used.switches / count, 2),
         "envelope": envelopes(tally) if server.target.kind == "lab" else None,
@@ -104,7 +101,7 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued
     throughput (one GIL: one request's GIL-held work at a time, so a process whose threads all want it answers at
     most 1 / gil a second) and at most the CPU, and the load generator's CPU a request; from the queued phase (one
     thread, always a request waiting for it) the hand-off: its time a request, 1 / its throughput, beyond the CPU,
-    the wait, and what the server and the load generator waited for a core."""
+    the wait, the server's wait for a core and the time nothing was in flight."""
     seen = alone["envelope"] or {}
     cpu = max(alone["cpu_ms"], seen.get("cpu_ms") or 0.0, 0.001)
     if target.kind == "lab":
@@ -115,11 +112,10 @@ def split_of(target: Target, alone: dict[str, Any], busy: dict[str, Any], queued
     gil = min(cpu, 1000 / busy["rps"]) if busy["rps"] > 0 else cpu
     wait = max(0.0, wait or 0.0)
     # (Less its time queued for a core: on a small machine the load generator's CPU takes turns with the
-    # server's, and is budgeted in the cores bound already, client_cpu_ms. Less the load generator's own wait for
-    # a core too: a client stalled for a quarter of a second left the server idle with nothing sent, which is not
-    # the server's hand-off.)
-    for_cores = queued["run_queue_ms"] + queued.get("client_run_queue_ms", 0.0)
-    handoff = max(0.0, 1000 / queued["rps"] - cpu - wait - for_cores) if queued["rps"] > 0 else 0.0
+    # server's, and is budgeted in the cores bound already, client_cpu_ms. Less the time nothing was in flight:
+    # a load generator stalled a quarter of a second left the server nothing to take, which is not its hand-off.)
+    not_the_servers = queued["run_queue_ms"] + queued.get("unsent_ms", 0.0)
+    handoff = max(0.0, 1000 / queued["rps"] - cpu - wait - not_the_servers) if queued["rps"] > 0 else 0.0
     return Split(round(cpu, 3), round(max(gil, 0.001), 3), round(wait, 3), alone["median_ms"], alone["variation"],
                  round(handoff, 3), busy["client_cpu_ms"])  # fmt: skip
 

@@ -50,6 +50,9 @@ class Tally:
     early: int = 0  # answered before the window (the warm-up)
     late: int = 0  # answered after it (the load winding down)
     busy_s: float = 0.0  # closed: every request's time, in the window or not (the served ones')
+    # Closed: the time in the window with no request in flight (the load generator late to send the next: a
+    # server with requests waiting never has it).
+    unsent_s: float = 0.0
 
     @property
     def served(self) -> int:
@@ -91,12 +94,20 @@ async def _closed(url: str, users: int, seconds: float, *, warmup_s: float, limi
     start = time.monotonic()
     counted_from, end = start + warmup_s, start + warmup_s + seconds
     tally = Tally(window_s=seconds)
+    in_flight, quiet_since = 0, start
 
     async def user() -> None:
+        nonlocal in_flight, quiet_since
         while time.monotonic() < end:
             sent = time.monotonic()
+            if in_flight == 0 and sent > counted_from:
+                tally.unsent_s += sent - max(quiet_since, counted_from)
+            in_flight += 1
             status, body = await fetch(url, limit_s, keep_body=keep)
             done = time.monotonic()
+            in_flight -= 1
+            if in_flight == 0:
+                quiet_since = done
             tally.busy_s += done - sent
             if done > end:
                 tally.late += 1

@@ -284,15 +284,17 @@ def counted(args: argparse.Namespace) -> list[dict[str, Any]]:
         floor, floor_pid = stack.enter_context(floor_server(folder, flags, prefix=valgrind_prefix(folder, "floor")))
         servers = {"lab": (lab.url, Counted(lab.pid, folder, "lab")),
                    "floor": (floor, Counted(floor_pid, folder, "floor"))}  # fmt: skip
-        rates = {}  # each side's requests a second on each route, from its warm-up: how many make --seconds
+        rates = {}  # each side's requests a second on each route, from its second warm-up: how many make --seconds
         for target in targets:
             for side, (base, _) in servers.items():
-                warm = ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1, timeout=args.timeout)
+                for _ in range(2):  # (the first is slower still: valgrind translates the code it meets first)
+                    warm = ab_batch(base + target.path, concurrency=max(args.concurrency), seconds=1,
+                                    timeout=args.timeout)  # fmt: skip
                 rates[side, target] = warm.per_second
 
         def one(item: tuple[Target, int], side: str) -> dict[str, Any]:
             (target, c), (base, server) = item, servers[side]
-            requests = max(4 * c, round(rates[side, target] * args.seconds))
+            requests = max(10 * c, round(rates[side, target] * args.seconds))
             found = per_request(server, base + target.path, concurrency=c, requests=requests, seconds=args.seconds,
                                 timeout=args.timeout)  # fmt: skip
             return {"route": target.route, "path": target.path, "concurrency": c, **found}

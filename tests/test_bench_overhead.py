@@ -13,6 +13,7 @@ import pytest
 
 from bench.lib import ab
 from bench.lib.alternate import alternate, ratios
+from bench.lib.callgrind import per_request
 from bench.lib.tax import accept_summary, callgrind_summary, gil_summary, hop_summary, noise_summary
 from bench.overhead import parse_args
 from lab import ROOT
@@ -124,6 +125,24 @@ def test_the_callgrind_summary_is_lab_over_floor_instructions_round_by_round() -
         "route": "ping", "concurrency": 1, "floor_k": 1000.0, "lab_k": 1075.0, "ratios": [1.07, 1.08], "ratio": 1.075,
         "idle_share": 0.17, "requests": 156, "failed": 0,
     }]  # fmt: skip
+
+
+def test_a_batch_s_count_less_the_quieter_spell_s_rate_over_its_seconds_is_divided_by_its_requests() -> None:
+    # Scripted counts, no valgrind: a spell before the batch that caught the end of what came before (3 million
+    # a second), the batch (120 million over 4 s, 100 requests), a quiet spell after (1 million a second).
+    class Scripted:
+        def __init__(self) -> None:
+            batch = ab.Batch(requests=100, failed=0, seconds=4.0, client_cpu_s=0.1, p50_ms=40.0, p99_ms=60.0)
+            self.spells: list[tuple[object, int, float]] = [(None, 6_000_000, 2.0), (batch, 120_000_000, 4.0),
+                                                            (None, 2_000_000, 2.0)]  # fmt: skip
+
+        def over(self, work: object) -> tuple[object, int, float]:
+            return self.spells.pop(0)
+
+    found = per_request(Scripted(), "http://127.0.0.1:9/ping", concurrency=1, requests=100, seconds=2,  # type: ignore[arg-type]
+                        timeout=5)  # fmt: skip
+    assert found == {"requests": 100, "failed": 0, "k_instructions": 1160.0, "idle_k_per_s": 1000.0,
+                     "idle_share": 0.033}  # fmt: skip
 
 
 def test_a_round_missing_a_side_has_no_ratio() -> None:

@@ -88,16 +88,18 @@ def _median(values: Sequence[Any]) -> float | None:
     return None if found is None else round(found["median"], 1)
 
 
+def _hop(row: Mapping[str, Any]) -> tuple[str, int]:
+    """A row's route and concurrency: what a hop's rounds are grouped by."""
+    return str(row["route"]), int(row["concurrency"])
+
+
 def hop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per route and concurrency: each side's median over the rounds, and lab / floor round by round."""
 
-    def hop(row: Mapping[str, Any]) -> tuple[str, int]:
-        return str(row["route"]), int(row["concurrency"])
-
-    by_round = ratios(rows, "us_per_request", ("lab", "floor"), hop)
+    by_round = ratios(rows, "us_per_request", ("lab", "floor"), _hop)
     # The serving processes' CPU, lab / floor per round: the lab's own cost, which ab's share of the
     # machine and the kernel's part of each request do not dilute as they do the wall time's.
-    cpu_by_round = ratios(rows, "server_cpu_us", ("lab", "floor"), hop)
+    cpu_by_round = ratios(rows, "server_cpu_us", ("lab", "floor"), _hop)
     summary = []
     for (route, c), found in by_round.items():
         mine = [r for r in rows if (r["route"], r["concurrency"]) == (route, c)]
@@ -203,12 +205,9 @@ def callgrind_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     """Per route and concurrency: each side's thousands of instructions a request, median over the rounds, and
     lab / floor round by round."""
 
-    def hop(row: Mapping[str, Any]) -> tuple[str, int]:
-        return str(row["route"]), int(row["concurrency"])
-
     summary = []
-    for (route, c), found in ratios(rows, "k_instructions", ("lab", "floor"), hop).items():
-        mine = [r for r in rows if hop(r) == (route, c)]
+    for (route, c), found in ratios(rows, "k_instructions", ("lab", "floor"), _hop).items():
+        mine = [r for r in rows if _hop(r) == (route, c)]
         summary.append({
             "route": route, "concurrency": c,
             "floor_k": _median([r["k_instructions"] for r in mine if r["side"] == "floor"]),

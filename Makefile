@@ -47,16 +47,17 @@ run: install
 	$(BIN)/python server.py $(ARGS)
 
 ## test: dev deps, system tools the tests need (siege, chromium, valgrind...), lint, the whole suite
-## (two pytest workers, a file each at a time: most tests wait on servers, not on a core)
+## (two pytest workers, a file each at a time, the longest files first (tests/conftest.py): most tests wait on
+## servers, not on a core)
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev system-deps lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 ## test-python: on another Python (PYTHON=python3.13): its venv, then the mode, workload and interpreters tests
 PYTHON_TESTS := tests/test_interpreters.py tests/test_modes.py tests/test_workloads.py tests/test_catalog.py \
                 tests/test_mix.py tests/test_page_workload.py
 test-python: $(VENV)/.test
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTHON_TESTS) $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTHON_TESTS) $(ARGS)
 
 $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt

@@ -23,7 +23,7 @@ def test_a_short_soak_with_faults_returns_every_count_to_its_baseline_and_leaves
     # No Dask (its clusters take the best part of a minute to start on a busy host) and no rehearsal; the faults
     # that replace processes: a forked server process, then a pool worker, and clients that hang up. A quiet
     # check matches in seconds (3-4 s on a loaded 2-core host): --settle 30 leaves it a wide margin and bounds
-    # what a failing check, or a fault waiting for the lab to count its hang-ups, adds to the test's time.
+    # what a failing check, or a fault waiting for the lab to go quiet, adds to the test's time.
     out = tmp_path / "soak"
     argv = [sys.executable, "-m", "bench.soak", "--minutes", "1", "--warmup", "10", "--fault-every", "8",
             "--faults", "kill-child,disconnect,kill-worker", "--no-rehearse", "--solo-runs", "1", "--race-every", "15",

@@ -21,7 +21,7 @@ REQUIRED = ["modes", "bench", "peers", "instruments", "api", "operating", "desig
 # Flags of other programs the pages quote: uWSGI, gunicorn, Dask, siege, curl, pytest, ulimit.
 OTHER_FLAGS = frozenset({"--ini", "--http-socket", "--threads", "--gevent", "--processes", "-p", "-w", "--bind",
                          "--host", "--port", "--no-dashboard", "--nthreads", "--nworkers", "-R", "-c", "-r", "-s",
-                         "-n", "--dist", "-Hn", "-k", "--preload"})  # fmt: skip
+                         "-n", "--dist", "--no-loadscope-reorder", "-Hn", "-k", "--preload"})  # fmt: skip
 # The options bench/locustfile.py adds to Locust's own command line, read from where it declares them.
 OTHER_FLAGS |= frozenset(re.findall(r'\("(--lab-[\w-]+)"', (ROOT / "bench" / "locustfile.py").read_text()))
 

@@ -47,7 +47,7 @@ run: install
 	$(BIN)/python server.py $(ARGS)
 
 ## test: dev deps, system tools the tests need (siege, chromium, valgrind...), lint, the whole suite
-## (two pytest workers, a file each at a time, the longest files first (tests/conftest.py): most tests wait on
+## (two pytest workers, each handed whole files, the longest first (tests/conftest.py): most tests wait on
 ## servers, not on a core)
 TEST_WORKERS ?= 2
 test: $(VENV)/.dev system-deps lint

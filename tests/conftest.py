@@ -35,10 +35,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # The suite's longest files, longest first (seconds of one worker each in `make test ARGS=--durations=0`,
 # 2026-11-29): distributed 206, page 192, bench_soak 130, bench_overhead 114, bench_size 84, bench_siege 74,
 # reliability_pools 71, peers 63, reliability_lifecycle 59, bench_knee 58, page_first_minute 57, page_workload 45,
-# pictures 41, bench_load 40. pytest-xdist hands each worker a file at a time (`--dist loadfile`), in the order
-# collected (`--no-loadscope-reorder`: by default it puts the files with most tests first, and the soak's one
-# test of two minutes went last, the other worker idle for a minute at the end). Longest first, the two workers
-# end within seconds of each other. A file not named keeps its place after these; a stale list costs only time.
+# pictures 41, bench_load 40. pytest-xdist hands a worker whole files (`--dist loadfile`), the next one as the
+# worker nears the end of its last, in the order collected (`--no-loadscope-reorder`: by default it puts the
+# files with most tests first, and the soak's one test of two minutes went last, the other worker idle for a
+# minute at the end). Longest first, the two workers end within seconds of each other (docs/results.md). A file
+# not named keeps its place after these; a stale list costs only time.
 LONGEST_FILES = tuple(f"tests/test_{name}.py" for name in (
     "distributed", "page", "bench_soak", "bench_overhead", "bench_size", "bench_siege", "reliability_pools", "peers",
     "reliability_lifecycle", "bench_knee", "page_first_minute", "page_workload", "pictures", "bench_load"))  # fmt: skip

@@ -20,6 +20,7 @@ class _Lab:
         self.script = script
         self.traffic = traffic
         self.polls: list[bool] = []  # whether the traffic was paused at each poll after the hang-ups
+        self.lock = asyncio.Lock()  # (ticks and polls take turns: bench/lib/soak/watch.py)
 
     async def refresh(self, phase: str) -> dict[str, Any]:
         hung_up: dict[str, int] = {}  # (none, and nothing held, before the fault sent anything)

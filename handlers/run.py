@@ -63,6 +63,10 @@ class RunHandler(LabHandler):
         except Unavailable as gone:  # the database refused or went away: try again later, as for a full pool
             raise LabError(503, str(gone), retry_after=DATABASE_RETRY_AFTER_S) from None
         self.life.ran(record["cpu"])
+        if runner.inline and self.life.departed():
+            # A blocking run holds the loop, so it cannot see its client go while it runs; one that left meanwhile
+            # gets no answer, a 499 as for a pool job whose client left while it ran, its CPU counted all the same.
+            self.client_left()
         services = self.services
         self.write(envelope(run, record, received=self.life.received, pid=services.pid, task_id=services.task_id))
 

@@ -74,8 +74,9 @@ def _strike(script: list[tuple[dict[str, int], bool]], within: float = 3600.0) -
 
 
 def test_a_hang_up_the_lab_never_counts_is_not_waited_for_once_the_lab_holds_nothing() -> None:
-    # The blocking run was under way when its client went: it never becomes a 499. Once the lab holds nothing
-    # (the traffic paused), no more will come; waiting for --settle (an hour here) would be the failure.
+    # The blocking hang-up never becomes a 499 (the lab never read it: its server process was restarting, say).
+    # Once the lab holds nothing (the traffic paused), no more will come; waiting for --settle (an hour here)
+    # would be the failure.
     fault, lab, link = _strike([({}, True), ({"threading": 1}, True), ({"threading": 1}, False)])
     assert link.targets[:2] == ["/blocking/sleep?seconds=2", "/threading/sleep?seconds=2"]
     assert fault.ok and fault.observed["counted_499"] == {"blocking": 0, "threading": 1}

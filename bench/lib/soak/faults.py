@@ -247,14 +247,13 @@ async def disconnect(scene: Scene, fault: Fault) -> None:
     modes = mix_modes(scene)
     targets = {mode: t for mode in modes if (t := waiting_target(scene, mode, HANG_UP_SCALE)) is not None}
     before = _hung_up(await scene.watch.refresh("fault"))
-    # What the lab can count depends on where the request was when its client went: one waiting for a worker,
-    # a pool job, an upstream call, or a blocking run not begun gets a 499 (a blocking run's once its loop is free
-    # again); a blocking run under way cannot see its client go, and its answer, written into the closed
-    # connection, counts as a 200; one never read leaves nothing to count (a server process restarting, say).
-    # What must hold either way is that nothing of it stays behind: the quiet check after this fault counts that.
-    fault.designed = ("the lab counts as 499 (client gone) the hang-ups it saw, not a blocking run already under "
-                      "way; the hung-up requests, the half-sent one and the abandoned race leave nothing running or "
-                      f"held; a race sent within {RACE_RELEASE_S:g} s of the hang-up may be refused busy")  # fmt: skip
+    # What the lab can count depends on whether it read the request: one it read gets a 499 (a blocking run's once
+    # its loop is free again: before the run if it waited its turn, at its end if it was under way); one never
+    # read leaves nothing to count (a server process restarting, say). What must hold either way is that nothing
+    # of it stays behind: the quiet check after this fault counts that.
+    fault.designed = ("the lab counts the hang-ups it had read as 499 (client gone); the hung-up requests, the "
+                      "half-sent one and the abandoned race leave nothing running or held; a race sent within "
+                      f"{RACE_RELEASE_S:g} s of the hang-up may be refused busy")  # fmt: skip
     fault.target = ", ".join(targets.values())
     sends: list[Awaitable[Any]] = [scene.link.send("fault", t, fault=fault.number, hang_up_after=HANG_UP_AFTER_S)
                                    for t in targets.values()]  # fmt: skip
@@ -280,8 +279,7 @@ async def disconnect(scene: Scene, fault: Fault) -> None:
 
     # A hang-up is counted by the time its request has ended in the lab, so with the traffic paused, once the lab
     # holds nothing, all it will ever count are in: the wait ends then, or once every one is counted. Waiting for
-    # every one (a blocking run under way never is) cost the soak --settle at every such fault. Held if the lab
-    # counted any at all.
+    # every one cost the soak --settle at every fault with one that never was. Held if the lab counted any at all.
     await scene.traffic.quiet()
     try:
         await until(seen, scene.within)

@@ -62,6 +62,11 @@ def _works_a_second() -> str:
     return "done"
 
 
+def _works_two_seconds() -> str:
+    time.sleep(2.0)
+    return "done"
+
+
 def _raises_timeout() -> None:
     raise TimeoutError("the job's own")
 
@@ -75,9 +80,9 @@ def test_a_job_over_its_deadline_is_a_504() -> None:
 
 
 def test_the_deadline_counts_from_the_start_the_worker_reports() -> None:
-    # 1 s of work with a 0.6 s deadline, reported started 0.9 s in: the deadline falls at 1.5 s, half a second
-    # after the job ends (counted from the hand-over it would fall 0.4 s before).
-    runner = _Runs(_works_a_second, job_timeout=0.6, started_after=0.9)
+    # 2 s of work with a 1.2 s deadline, reported started 1.8 s in: the deadline falls at 3 s, a second after
+    # the job ends, room for a worker thread slow to wake (counted from the hand-over it would fall 0.8 s before).
+    runner = _Runs(_works_two_seconds, job_timeout=1.2, started_after=1.8)
     assert _run(runner) == "done"
     assert runner.counts["timed_out"] == 0
 
@@ -95,10 +100,10 @@ def _works_a_moment() -> str:
 
 
 def test_a_job_that_ended_as_its_deadline_fell_is_answered() -> None:
-    # The job ends 0.02 s in, its deadline falls at 0.1 s, and the loop is held from 0.01 to 0.6 s: it learns of
-    # both in the same turn. The job was on time.
+    # The job ends 0.02 s in, its deadline falls at 0.1 s, and the loop is held from 0.01 to 1.5 s: it learns of
+    # both in the same turn (the hold leaves a worker thread slow to wake more than a second). The job was on time.
     runner = _Runs(_works_a_moment, job_timeout=0.1)
-    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    assert _run(runner, hold=(0.01, 1.5)) == "done"
     assert runner.counts["timed_out"] == 0
 
 
@@ -144,7 +149,7 @@ def test_a_start_read_late_counts_from_when_the_worker_began() -> None:
 
 
 def test_a_start_read_lazily_still_gets_its_whole_timeout() -> None:
-    runner = _LazyRuns(_works_a_moment, job_timeout=0.5)
+    runner = _LazyRuns(_works_a_moment, job_timeout=2.0)
     assert _run(runner) == "done"
     assert runner.counts["timed_out"] == 0
 
@@ -174,7 +179,7 @@ def test_a_start_reported_a_turn_after_the_start_deadline_fell_is_a_start() -> N
 
 def test_a_job_that_ended_as_its_deadline_fell_is_answered_though_its_end_comes_a_turn_later() -> None:
     runner = _ReportedATurnLate(_works_a_moment, job_timeout=0.1)
-    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    assert _run(runner, hold=(0.01, 1.5)) == "done"
     assert runner.counts["timed_out"] == 0
 
 

@@ -199,9 +199,9 @@ def test_time_with_nothing_in_flight_is_not_the_server_s_hand_off() -> None:
     split = split_of(lab, alone, busy, queued)
     assert split.handoff_ms == 0.0
     assert recommend(split, 2.0, NO_LIMIT, None, 9) == Point(2, 1)
-    stalled = split_of(lab, alone, busy, {**queued, "unsent_ms": 0.0})
-    assert stalled.handoff_ms == pytest.approx(0.733, abs=0.001)
-    assert recommend(stalled, 2.0, NO_LIMIT, None, 9) == Point(2, 2)
+    counted_as_handoff = split_of(lab, alone, busy, {**queued, "unsent_ms": 0.0})
+    assert counted_as_handoff.handoff_ms == pytest.approx(0.733, abs=0.001)
+    assert recommend(counted_as_handoff, 2.0, NO_LIMIT, None, 9) == Point(2, 2)
 
 
 def test_a_closed_load_counts_the_time_nothing_was_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -95,7 +95,7 @@ class Counted:
 
 def summary(path: Path) -> int | None:
     """The instructions a callgrind dump counted, its `summary:` line (what callgrind_annotate reads; its
-    `totals:` can include what ran before a zero), None if not written yet."""
+    `totals:` can include what ran before a zero), None if it has none."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:

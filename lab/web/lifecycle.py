@@ -7,7 +7,7 @@
                            connection (Services.share says how much)
     life.attend(work)      the work it awaits; cancelled if its client goes (ClientGone) or
                            the server's grace period runs out (503)
-    life.departed()        whether its client has closed its connection already (before a blocking run)
+    life.departed()        whether its client has closed its connection already (before and after a blocking run)
     life.end(status)       counted once, as the response is about to leave: success and error alike
     life.left()            the response has gone: the request holds nothing any more
     disconnected(stream)   the connection closed, whatever it carried

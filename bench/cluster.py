@@ -52,8 +52,8 @@ from bench.lib.granularity import Plan, measure
 from bench.lib.hosts import ROLES, START_TIMEOUT_S, DaskTimeouts, HostCluster, Reply
 from bench.lib.netns import Network, refusal, sweep
 from bench.lib.results import machine_facts, new_results_dir
-from bench.lib.stats import median, percentile
 from bench.lib.tables import Column, markdown_table, text_table
+from lab.race.stats import median, percentile
 
 PARTS = ("overhead", "granularity", "faults")
 TARGETS = (  # (row, lab server, path): the same tiny task three ways

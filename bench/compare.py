@@ -8,7 +8,7 @@
 
 Every configuration is started in turn, as a user starts it (bench/lib/peers.py:
 `server.py`, `uwsgi --ini peers/...`, `gunicorn -c peers/...`), and given the
-same loads by the same clients: the Python race (bench/lib/engine.py: requests
+same loads by the same clients: the Python race (lab/race/engine.py: requests
 released together, /ping probed meanwhile, the ideal from the lab's own
 capacity model) and then siege. Waiting loads call one upstream shared by
 all (the lab's, started here). Meanwhile the server's process tree is
@@ -44,16 +44,16 @@ from bench.charts import figures as charts
 from bench.lib import rounds
 from bench.lib.args import OUT, ROUNDS
 from bench.lib.command import new_parser, run_command
-from bench.lib.engine import get, race
 from bench.lib.peers import BIN, Running, WorkerView
 from bench.lib.presets import PRESETS, Load, Preset
-from bench.lib.race_data import Event, RaceSpec, Response, Summary, spread_of
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import Peaks, ServerError
 from bench.lib.siege import SIEGERC, parse_siege
 from bench.lib.tables import Column, columns, markdown_table, spread_text, text_table
 from lab.machine import cpu_count
 from lab.modes.upstream.embedded import EmbeddedUpstream
+from lab.race.data import Event, RaceSpec, Response, Summary, spread_of
+from lab.race.engine import get, race
 
 # The keys every row of compare.json carries (README, "Peers").
 ROW_KEYS = ("server", "config", "workload", "endpoint", "concurrency", "elapsed_s", "mean_s", "ideal_s", "ratio",

@@ -52,10 +52,10 @@ from bench.lib.command import new_parser, run_command
 from bench.lib.limits import ensure_open_files
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer, floor_server, own_cpu
-from bench.lib.stats import median
 from bench.lib.tables import Column, text_table
 from lab import loopback
 from lab.config import parse_args
+from lab.race.stats import median
 
 SIDES = ("bare", "lab")
 

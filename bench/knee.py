@@ -45,15 +45,15 @@ if __package__ in (None, ""):  # run as `python bench/knee.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import load as load_charts
-from bench.lib import ideal
 from bench.lib.args import OUT, SERVER_ARGS
 from bench.lib.command import check_ranges, new_parser, run_command
-from bench.lib.engine import server_facts, solo_samples
 from bench.lib.load_findings import knee_findings
 from bench.lib.locust import INSTALL, Crowd, lab_pool, locust_command, run_locust, text
 from bench.lib.optional import need_module
 from bench.lib.results import new_results_dir
 from bench.lib.servers import own_server
+from lab.race import ideal
+from lab.race.engine import server_facts, solo_samples
 
 COLUMNS = ("mode", "max_pending", "x", "offered_rps", "sent", "ok", "rejected", "other", "ok_rps", "rejected_rps",
            "p50_ms", "p95_ms", "max_ms")  # fmt: skip

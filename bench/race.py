@@ -3,16 +3,16 @@
     python -m bench.race --url http://127.0.0.1:8000 --mode processing --workload count -c 10
     python bench/race.py --all -c 10          # every mode, on a server it starts itself
 
-The race itself is bench/lib/engine.py: every request released at the same
+The race itself is lab/race/engine.py: every request released at the same
 instant on its own connection, /ping probed meanwhile, solo requests first
-to time the single run `t` the ideal is computed from (bench/lib/ideal.py).
+to time the single run `t` the ideal is computed from (lab/race/ideal.py).
 
 Prints a table (elapsed, mean/shortest/longest, ideal, ratio, the ratio to the
 ideal from the burst's own CPU time, ping p50/p99/max, where the runs' time went)
 and writes race.json plus a PNG timeline per mode under bench/results/.
 
 With --jsonl the race is streamed as JSON lines on stdout (the lab page's
-race driver reads them); see EVENTS in bench/lib/engine.py. Nothing else goes to
+race driver reads them); see EVENTS in lab/race/engine.py. Nothing else goes to
 stdout then, and no files are written unless --out is given.
 """
 
@@ -45,12 +45,12 @@ from bench.lib.args import (
     WORKLOAD,
 )
 from bench.lib.command import check_ranges, new_parser, run_command
-from bench.lib.engine import race, server_modes
-from bench.lib.race_data import Event, RaceSpec
 from bench.lib.results import new_results_dir
 from bench.lib.servers import lab_server
 from bench.lib.tables import COLUMNS, INSTRUMENT_COLUMNS, PING_COLUMNS, SPREAD_COLUMN, text_table
 from lab.modes.registry import MODES
+from lab.race.data import Event, RaceSpec
+from lab.race.engine import race, server_modes
 
 
 class Progress:

@@ -16,7 +16,7 @@ once. Series:
 
 At each level the requests are released together from one asyncio client (a
 connection each), and the server's whole process tree (server, pool workers,
-upstream) is sampled meanwhile. Per level: makespan and its ideal (bench/lib/ideal.py:
+upstream) is sampled meanwhile. Per level: makespan and its ideal (lab/race/ideal.py:
 ceil(N / lanes) waits), failures, and the memory each waiting request cost:
 the tree's peak RSS above its RSS just before, divided by N. The pool series
 run with --max-pending above the largest level, so nothing is turned away.
@@ -43,12 +43,12 @@ from bench.charts import figures as charts
 from bench.lib.args import OUT
 from bench.lib.burst import burst
 from bench.lib.command import new_parser, run_command
-from bench.lib.engine import server_facts
-from bench.lib.ideal import ideal_makespan
 from bench.lib.limits import ensure_open_files
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer, TreeWatcher, tree
 from bench.lib.tables import Column, columns, markdown_table, text_table
+from lab.race.engine import server_facts
+from lab.race.ideal import ideal_makespan
 
 SERIES = ("async", "threads", "processes", "per-thread")
 DEFAULT_LEVELS = (10, 100, 1000)

@@ -7,7 +7,7 @@
     python -m bench.siege_steps report  --dir D -c 10 -r 1            writes summary.json/.md, prints the table
     python -m bench.siege_steps machine --dir D --flags URL=FLAGS     writes machine.json
 
-The ideal comes from bench/lib/ideal.py (one implementation, from the modes' capacity in lab/modes/).
+The ideal comes from lab/race/ideal.py (one implementation, from the modes' capacity in lab/modes/).
 """
 
 from __future__ import annotations
@@ -25,16 +25,17 @@ if __package__ in (None, ""):  # run as `python bench/siege_steps.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import rounds
-from bench.lib.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag, param_pair
+from bench.lib.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD, Flag
 from bench.lib.command import new_parser, run_command
-from bench.lib.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
-from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, lanes
 from bench.lib.results import machine_facts
 from bench.lib.servers import wait_ready
 from bench.lib.siege import SIEGERC, StepError, parse_siege
-from bench.lib.stats import median, ratio
 from bench.lib.tables import COLUMNS, SPREAD_COLUMN, markdown_table, text_table
 from lab.modes.registry import MODES
+from lab.race.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
+from lab.race.ideal import cpu_ideal_makespan, ideal_makespan, lanes
+from lab.race.stats import median, ratio
+from lab.settings import param_pair
 
 TIMEOUT_S = 600.0
 # siege's numbers and the ideal, then how the requests spread over server processes.
@@ -65,7 +66,7 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "ratio": ratio(elapsed, ideal),
     }
     server = plan["server"]
-    # The ideal from siege's runs' own CPU time (bench/lib/ideal.py): unmoved by the host's speed.
+    # The ideal from siege's runs' own CPU time (lab/race/ideal.py): unmoved by the host's speed.
     row |= {"cpu_ideal_s": None if cpu_ideal is None else round(cpu_ideal, 4),
             "cpu_ratio": ratio(elapsed, cpu_ideal) if cpu_ideal else None}  # fmt: skip
     return row | {
@@ -212,7 +213,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"# siege -c {args.concurrency} -r {args.reps}, {time.strftime('%Y-%m-%d %H:%M')}",
             "",
             f"{first['cores']} cores. Times in seconds; `ideal` is the best makespan possible on this machine "
-            "for each endpoint (bench/lib/ideal.py; t is the median of solo requests before and after siege); "
+            "for each endpoint (lab/race/ideal.py; t is the median of solo requests before and after siege); "
             "`ratio` = elapsed / ideal.",
             "",
             markdown_table(rows, TABLE),

@@ -49,7 +49,6 @@ if __package__ in (None, ""):  # run as `python bench/size.py`: make the `bench`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.charts import sizing as chart
-from bench.lib import capacity
 from bench.lib.args import OUT, ROUNDS, SERVER_ARGS
 from bench.lib.command import check_ranges, new_parser, run_command
 from bench.lib.optional import missing
@@ -61,6 +60,7 @@ from bench.lib.sizing.targets import InputError, Target, lab_route, server_args,
 from lab.machine import Cores, read_cores
 from lab.modes.registry import MODES
 from lab.modes.upstream.embedded import EmbeddedUpstream
+from lab.race import capacity
 
 PEERS = "make peers (or: .venv/bin/pip install -r requirements-peers.txt)"
 
@@ -180,7 +180,7 @@ def advise(target: Target, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def reach(cores: Cores, progress: Progress) -> dict[str, Any]:
-    """The cores' worth this host gives just now (bench/lib/capacity.py: a loop on every usable core at once
+    """The cores' worth this host gives just now (lab/race/capacity.py: a loop on every usable core at once
     against one alone). The point is chosen from the cores allowed; the throughput it expects, from these."""
     progress(f"timing {cores.usable} loops at once against one alone")
     found = capacity.measure(cores.usable)

@@ -36,12 +36,12 @@ if __package__ in (None, ""):  # run as `python bench/sweep.py`
 from bench.charts import figures as charts
 from bench.lib.args import CONCURRENCY, OUT, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD
 from bench.lib.command import new_parser, run_command
-from bench.lib.engine import race
-from bench.lib.race_data import Event, RaceSpec, Response, Summary
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer
-from bench.lib.stats import percentile
 from bench.lib.tables import Column, columns, text_table
+from lab.race.data import Event, RaceSpec, Response, Summary
+from lab.race.engine import race
+from lab.race.stats import percentile
 
 DEFAULT_PROCESSES = (1, 2, 4)
 DEFAULT_THREADS = (1, 2, 4)

@@ -1,9 +1,9 @@
-"""WS /race: the lab page's race, run by a separate load generator (`python -m bench.race --jsonl`).
+"""WS /race: the lab page's race, run by a separate load generator (`python -m lab.race`).
 
 A browser cannot run a fair race itself: it opens about 6 connections per
 host, queues identical URLs, and while /blocking holds the server's event
 loop nothing the page asks the server is timed honestly. So the page only
-*asks* for a race here; a separate process (the bench's race engine) fires
+*asks* for a race here; a separate process (the race engine, lab/race/) fires
 the requests at this server's own address -- `services.base_url`, never the
 request's Host header -- one connection each, released together, with a
 /ping probe alongside, and every JSON line it prints is relayed to the page
@@ -18,7 +18,7 @@ Protocol: the page sends one JSON text message
 (a mode that runs no workload, async, takes its own params: `delay`/`fanout`) and receives
 
     {"event": "start", "mode", "workload", "params", "concurrency"}   the race was accepted
-    ...the race's events: race, response, ping, done (EVENTS in bench/lib/engine.py)...
+    ...the race's events: race, response, pings, done (EVENTS in lab/race/engine.py)...
     {"event": "error", "message"}        bad input, busy, or the load generator failed
 
 after which the server closes the connection. Closing it first stops the race
@@ -112,7 +112,7 @@ def _text(name: str, value: object) -> str:
 
 
 def _arg(value: object) -> str:
-    """A parsed param value back as text for bench.race's -p NAME=VALUE."""
+    """A parsed param value back as text for lab.race's -p NAME=VALUE."""
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -165,14 +165,14 @@ class RaceRequest:
     def command(self, base_url: str) -> list[str]:
         """The load generator's command line (run from the project root)."""
         run = self.run
-        argv = [sys.executable, "-m", "bench.race", "--url", base_url, "--mode", run.mode]
+        argv = [sys.executable, "-m", "lab.race", "--url", base_url, "--mode", run.mode]
         if MODES[run.mode].runs(run.workload):
             # One second of warm-up load: a CPU that idled runs the solo request
             # (the `t` every ideal is built from) slower than it runs the race.
             argv += ["--workload", run.workload, "--warmup", str(PAGE_WARMUP_S)]
         for name, value in run.params.items():
             argv += ["-p", f"{name}={_arg(value)}"]
-        return [*argv, "-c", str(self.concurrency), "--jsonl"]
+        return [*argv, "-c", str(self.concurrency)]
 
     def describe(self) -> dict[str, Any]:
         run = self.run

@@ -112,3 +112,11 @@ def seconds(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def param_pair(text: str) -> tuple[str, str]:
+    """NAME=VALUE (the race's and the bench tools' -p)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value

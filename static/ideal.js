@@ -1,6 +1,6 @@
 // Which ideal a race is judged against, and the sentence every ratio below 1 comes with. The headline
 // ideal is the one the host's speed cannot move: each run as long as the runs' own CPU time in the
-// burst (cpu_ideal_s, from bench/lib/ideal.py). Where the runs compute nothing (a sleep, the
+// burst (cpu_ideal_s, from lab/race/ideal.py). Where the runs compute nothing (a sleep, the
 // upstream), or wait on purpose for part of their run (mix), the ideal from t, one request timed
 // alone before the race, is the headline.
 

@@ -84,7 +84,7 @@ function ratioWords(s) {
     + "short runs (try a bigger workload).";
 }
 
-// The ideal's words (bench/lib/ideal.py: "…: 5 rounds of 0.35 s.") with another t.
+// The ideal's words (lab/race/ideal.py: "…: 5 rounds of 0.35 s.") with another t.
 function withT(words, solo, t) {
   const tail = `${sec(solo)}.`;
   return words.endsWith(tail) ? `${words.slice(0, -tail.length)}${sec(t)}` : `${words.replace(/\.$/, "")} (t = ${sec(t)})`;

@@ -295,11 +295,11 @@ class LabServer:
         return self.process.pid
 
     def load_generators(self) -> list[psutil.Process]:
-        """The server's `python -m bench.race` children (the lab page's races)."""
+        """The server's `python -m lab.race` children (the lab page's races)."""
         found = []
         for process in self.descendants():
             with contextlib.suppress(psutil.Error):
-                if "bench.race" in process.cmdline():
+                if "lab.race" in process.cmdline():
                     found.append(process)
         return found
 

@@ -1,12 +1,12 @@
-"""This machine's parallel capacity (bench/lib/capacity.py) and the ideal it leaves reachable (bench/lib/ideal.py)."""
+"""This machine's parallel capacity (lab/race/capacity.py) and the ideal it leaves reachable (lab/race/ideal.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.lib.capacity import Capacity, measure
-from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, reachable_makespan
-from bench.lib.race_data import Ping, ping_batch_event
+from lab.race.capacity import Capacity, measure
+from lab.race.data import Ping, ping_batch_event
+from lab.race.ideal import cpu_ideal_makespan, ideal_makespan, reachable_makespan
 
 FACTS = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "releases_gil": {}, "waits": {}}
 

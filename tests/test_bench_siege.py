@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from bench.lib.stats import median
 from bench.lib.tables import ROW_KEYS
 from lab import ROOT
 from lab.machine import cpu_count
 from lab.modes.registry import MODES as REGISTRY
+from lab.race.stats import median
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 
@@ -123,7 +123,7 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     for row in rows:
         assert_sane(row)
     by_name = {r["endpoint"]: r for r in rows}
-    # The ideal is bench/lib/ideal.py over t: the median of solo runs before and after siege, in this run.
+    # The ideal is lab/race/ideal.py over t: the median of solo runs before and after siege, in this run.
     blocking = by_name["blocking"]
     assert len(blocking["solo_before_s"]) == len(blocking["solo_after_s"]) == 3
     assert blocking["solo_s"] == pytest.approx(median(blocking["solo_before_s"] + blocking["solo_after_s"]), abs=1e-3)

@@ -1,4 +1,4 @@
-"""Bench arithmetic with known numbers: the ideal (bench/lib/ideal.py), siege parsing, summary rows, tables."""
+"""Bench arithmetic with known numbers: the ideal (lab/race/ideal.py), siege parsing, summary rows, tables."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from bench.lib.engine import mode_url
-from bench.lib.ideal import ideal_makespan, lanes
 from bench.lib.results import new_results_dir
 from bench.lib.siege import StepError, parse_siege
-from bench.lib.stats import median, percentile, ratio
 from bench.lib.tables import ROW_KEYS, markdown_table, text_table
 from bench.siege_steps import summary_row
+from lab.race.engine import mode_url
+from lab.race.ideal import ideal_makespan, lanes
+from lab.race.stats import median, percentile, ratio
 
 
 def facts(cores: int = 2, processes: int = 1, thread_pool: int = 6, process_pool: int = 2) -> dict[str, Any]:

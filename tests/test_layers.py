@@ -129,8 +129,8 @@ MODES_MAY_NOT_NAME = ("lab.serve", "lab.config", "lab.instruments", "lab.runs")
             ),
             frozenset(),
         ),
-        # The page's race runs the bench's load generator as a separate program, and imports nothing of it.
-        ("handlers", ("bench", "peers"), frozenset({"bench.race"})),
+        # The page's race runs the lab's own load generator (lab/race/) as a separate program: no bench tool.
+        ("handlers", ("bench", "peers"), frozenset()),
         # The modes run work: they know nothing of start-up, the config (ServerConfig instead) or the meters;
         # the embedded upstream is a Tornado app of its own on the web plumbing.
         ("lab/modes", MODES_MAY_NOT_NAME, frozenset()),
@@ -143,6 +143,14 @@ def test_imports_only_run_downwards(package: str, forbidden: tuple[str, ...], ma
     for module, named in _modules(package).items():
         wrong = _wrong(named, forbidden, may_start)
         assert not wrong, f"{module} names {sorted(wrong)}"
+
+
+def test_the_server_starts_only_programs_of_its_own() -> None:
+    # The page's race (lab.race), the embedded upstream...: a server runs from a checkout without bench/.
+    for package in ("lab", "handlers"):
+        for module, named in _modules(package).items():
+            foreign = {name for name in named["starts"] if not _within(name, ("lab",))}
+            assert not foreign, f"{module} starts {sorted(foreign)}"
 
 
 def test_workloads_use_only_tornado_s_template_engine() -> None:
@@ -164,9 +172,9 @@ def test_the_ground_floor_stands_on_nothing_of_the_rooms() -> None:
     "source",
     [
         "import handlers.base",
-        "from bench.lib.engine import race",
+        "from bench.lib.servers import lab_server",
         "if TYPE_CHECKING:\n    from handlers.base import LabHandler",
-        "def later():\n    from bench.lib import engine",
+        "def later():\n    from bench.lib import servers",
         'subprocess.Popen([sys.executable, "-m", "handlers.upstream", "--fd", "3"])',
         'asyncio.create_subprocess_exec(sys.executable, "-m", "bench.race")',
         'ARGV = (python, "-m", "bench.compare")',

@@ -19,9 +19,9 @@ import pytest
 
 from bench import race as race_cli
 from bench import siege_steps
-from bench.lib.ideal import ideal_makespan, ideal_words, lanes
 from lab.config import Config, build_parser, parse_args
 from lab.modes.registry import MODES, build_runners
+from lab.race.ideal import ideal_makespan, ideal_words, lanes
 from tests import toymode
 from tests.inproc import InProcessLab, serve_in_process
 from tests.lab_server import get

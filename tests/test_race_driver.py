@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
+import sys
 from itertools import pairwise
 from typing import Any
 
@@ -12,6 +15,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from handlers.race import BUSY, RaceInputError, RaceRequest
+from lab import ROOT
 from lab.runs import Run
 from tests.conftest import StartServer
 from tests.lab_server import LabServer, get
@@ -288,8 +292,8 @@ def test_request_parsing_and_command_line() -> None:
                                             "concurrency": "7"}))  # fmt: skip
     assert request == RaceRequest(Run("threading", "sleep", {"seconds": 0.5}), 7)
     assert request.command("http://127.0.0.1:9")[1:] == [
-        "-m", "bench.race", "--url", "http://127.0.0.1:9", "--mode", "threading", "--workload", "sleep",
-        "--warmup", "1", "-p", "seconds=0.5", "-c", "7", "--jsonl",
+        "-m", "lab.race", "--url", "http://127.0.0.1:9", "--mode", "threading", "--workload", "sleep",
+        "--warmup", "1", "-p", "seconds=0.5", "-c", "7",
     ]  # fmt: skip
     defaults = RaceRequest.parse(json.dumps({"mode": "processing"}))
     assert defaults == RaceRequest(Run("processing", "count", {"n": 30_000_000}), 10)
@@ -301,3 +305,14 @@ def test_request_parsing_and_command_line() -> None:
         RaceRequest.parse(json.dumps({"mode": "async", "workload": "count"}))
     with pytest.raises(RaceInputError):
         RaceRequest.parse(b'{"mode": "blocking"}')
+
+
+def test_a_race_that_cannot_reach_its_server_ends_with_one_error_line() -> None:
+    with socket.socket() as closed:  # a port nothing listens on once this socket is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    command = [sys.executable, "-m", "lab.race", "--url", f"http://127.0.0.1:{port}", "--mode", "threading", "-c", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 1
+    assert [line["event"] for line in lines] == ["error"] and lines[0]["message"]

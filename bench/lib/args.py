@@ -11,13 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-
-def param_pair(text: str) -> tuple[str, str]:
-    """argparse type for NAME=VALUE (the bench tools' -p)."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    return name, value
+from lab.settings import param_pair
 
 
 def base_url(text: str) -> str:

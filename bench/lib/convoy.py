@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.lib.engine import get
+from lab.race.engine import get
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import distributed
 
 from bench.lib.hosts import WORKERS, HostCluster
 from bench.lib.netns import rate_bits
-from bench.lib.stats import median
+from lab.race.stats import median
 
 PAYLOAD_BYTES = 1_000_000
 CALIBRATION_N = 3_000_000

@@ -62,7 +62,7 @@ class Reply:
 
 
 def fetch(url: str, timeout: float) -> Reply:
-    """GET `url` on a fresh connection, keeping the headers (Retry-After) that bench.lib.engine's get drops."""
+    """GET `url` on a fresh connection, keeping the headers (Retry-After) that lab.race.engine's get drops."""
     sent = time.time()
     try:
         with loopback.urlopen(url, timeout=timeout) as answer:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.lib.engine import get
 from bench.lib.servers import log_tail
 from bench.lib.ticker import Ticker
 from lab import ROOT
+from lab.race.engine import get
 
 LOCUSTFILE = ROOT / "bench" / "locustfile.py"
 INSTALL = "make locust (or: .venv/bin/pip install -r requirements-load.txt)"

@@ -21,8 +21,8 @@ from types import TracebackType
 
 import psutil
 
-from bench.lib.engine import get
 from lab import ROOT, loopback
+from lab.race.engine import get
 from workloads import ml
 
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")

@@ -87,7 +87,7 @@ PING_COLUMNS = (
 )
 
 
-# What the race's instruments add (bench/lib/race_data.py's Summary): the ratio to the ideal this machine
+# What the race's instruments add (lab/race/data.py's Summary): the ratio to the ideal this machine
 # can reach (its measured parallel capacity), where the runs' time went (computing, waiting for a
 # core, waiting on purpose, blocked, and of that the GIL's part: shares of their run time), the
 # server's GIL and core meters at worst.

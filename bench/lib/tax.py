@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.lib.alternate import ratios
-from bench.lib.engine import get
 from bench.lib.rounds import spread
 from bench.lib.tables import Column, markdown_table, text_table
 from lab.modes.interpreters.worker import unavailable as interpreters_unavailable
+from lab.race.engine import get
 
 ROUTES = ("ping", "blocking", "threading", "processing", "interpreters", "distributed", "async")
 # A first /distributed request starts the lab's embedded Dask cluster: seconds of worker processes spawning.

@@ -98,7 +98,7 @@ class Board:
 
 def _empty() -> dict[str, Any]:
     # statuses: HTTP status (as text) -> requests; buckets: requests per LATENCY_BUCKETS_S bucket, +Inf last;
-    # run_cpu_ms over timed: the CPU time of the runs that reported one (a burst's own ideal, bench/lib/ideal.py).
+    # run_cpu_ms over timed: the CPU time of the runs that reported one (a burst's own ideal, lab/race/ideal.py).
     return {"count": 0, "errors": 0, "total_ms": 0.0, "max_ms": 0.0, "statuses": {},
             "buckets": [0] * (len(LATENCY_BUCKETS_S) + 1), "run_cpu_ms": 0.0, "timed": 0}  # fmt: skip
 

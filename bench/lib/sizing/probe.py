@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.lib.engine import get
 from bench.lib.sizing import outside, traffic
 from bench.lib.sizing.model import Memory, Point, Split
 from bench.lib.sizing.targets import InputError, Server, Target, start
-from bench.lib.stats import percentile
+from lab.race.engine import get
+from lab.race.stats import percentile
 
 BUSY_USERS = 8  # enough threads that a GIL-bound process's GIL is always wanted (1 + wait/cpu below ~4)
 PROBE = Point(1, BUSY_USERS)

@@ -23,7 +23,7 @@ from bench.lib.locust import HostSampler
 from bench.lib.sizing import outside, traffic
 from bench.lib.sizing.points import Swept, order
 from bench.lib.sizing.targets import Server, Target, start
-from bench.lib.stats import percentile
+from lab.race.stats import percentile
 
 Progress = Callable[[str], None]
 # Servers started at once: a start is mostly imports, one core's work each.

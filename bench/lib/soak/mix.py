@@ -11,7 +11,7 @@ The capacity the registry predicts for this mix: each entry's `t` (the
 median of requests sent alone) and its lanes (lab/modes: how many of its
 runs progress at once on this server) make a mode busy for t / lanes per
 request; computing entries keep a core busy for t, and this machine has the
-effective cores bench/lib/capacity.py measures. With every entry sent
+effective cores lab/race/capacity.py measures. With every entry sent
 equally often, the capacity is the rate at which the first of these, a mode
 or the cores, is full; the soak sends `load` (70 %) of it.
 """
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from bench.lib import ideal
 from bench.lib.soak.link import Link
-from bench.lib.stats import median
 from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
+from lab.race import ideal
+from lab.race.stats import median
 
 LIGHT_SCALE = 0.05
 CAP_FACTOR = 4

@@ -1,7 +1,7 @@
 """The soak's schedule: read the mix, time it, predict its capacity, then traffic, faults and quiet checks.
 
     setup     the mix from /modes and /workloads; a warm burst per mode; each entry timed alone (t);
-              this machine's parallel capacity measured (bench/lib/capacity.py); the rate: `load` x capacity
+              this machine's parallel capacity measured (lab/race/capacity.py); the rate: `load` x capacity
     warm-up   traffic at that rate, and (`rehearse`) every fault once, so that what the lab makes only once
               exists before anything is counted; then the baseline (bench/lib/soak/settle.py)
     soak      every `fault_every` seconds the next fault; `recover_s` of traffic after it; a quiet check
@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lib import capacity as machine
 from bench.lib.soak.faults import Fault, Scene, strike
 from bench.lib.soak.link import Link
 from bench.lib.soak.mix import Choice, predict, read_mix, time_alone
 from bench.lib.soak.settle import Settled, settle, warm, warm_plan
 from bench.lib.soak.traffic import Traffic
 from bench.lib.soak.watch import LabWatch
+from lab.race import capacity as machine
 
 
 @dataclass(frozen=True)

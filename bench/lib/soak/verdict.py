@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.lib.stats import percentile
+from lab.race.stats import percentile
 
 # A process's RSS may end at most this much above its value at the baseline (percent).
 RSS_GROWTH_LIMIT_PCT = 5.0

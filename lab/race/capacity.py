@@ -7,7 +7,7 @@ GIL is shared) wait for a signal; in each round either one of them or all of
 them run the loop, and a round's makespan is timed. Rounds alternate, one
 alone then all together, ROUNDS times, and the median of the pairs' ratios is
 the `slowdown`: a host whose speed drifts from second to second moves both
-halves of a pair alike. bench/lib/ideal.py turns it into the ideal this machine
+halves of a pair alike. lab/race/ideal.py turns it into the ideal this machine
 can reach.
 """
 

@@ -7,13 +7,14 @@ thread sends GET /ping every few milliseconds and records how long each
 took, and the server's GIL contention the answer reports: the server's
 responsiveness while the race runs. Solo requests before the race measure
 the single-run time `t` (their median, their spread is the noise) that the
-ideal makespan is computed from (bench/lib/ideal.py); where several runs could
+ideal makespan is computed from (lab/race/ideal.py); where several runs could
 go at once, this machine's parallel capacity is measured too
-(bench/lib/capacity.py), for the ideal it can really reach.
+(lab/race/capacity.py), for the ideal it can really reach.
 
-bench/race.py is its command line; bench/sweep.py, bench/siege_steps.py and
-(through `python -m bench.race --jsonl`) the lab page use it too. EVENTS
-below are what `on_event` sees and what --jsonl prints, one per line.
+The lab page's race runs it as a program of its own (lab/race/__main__.py,
+`python -m lab.race`, which prints EVENTS below one per line); bench/race.py
+is its command line for people, and bench/sweep.py, bench/siege_steps.py and
+bench/compare.py use it too. EVENTS are what `on_event` sees.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from bench.lib import capacity as machine
-from bench.lib.ideal import lanes
-from bench.lib.race_data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
 from lab import loopback
 from lab.modes.contract import make_facts
 from lab.modes.registry import MODES
+from lab.race import capacity as machine
+from lab.race.data import Event, Ping, RaceSpec, Response, Solo, Summary, ping_batch_event, summarise
+from lab.race.ideal import lanes
 
 EVENTS = """
 {"event": "warmup", "sent", "received", "seconds", "status"}           one per warm-up request, as it ends
@@ -42,10 +43,10 @@ EVENTS = """
 {"event": "race", "url", "mode", "workload", "params", "concurrency", "solo_s", "server": {...},
                   "solo_samples_s": [...], "solo_runs", "reps", "capacity": {...} or null}
 {"event": "response", "index", "sent", "received", "status", "body"}   one per request, as it completes
-{"event": "ping", "sent", "received", "ms", "status", "gil", "core_wait"}  one per probe (--ping-batch 0)
+{"event": "ping", "sent", "received", "ms", "status", "gil", "core_wait"}  one per probe (ping_batch 0)
 {"event": "pings", "count", "failed", "from", "to", "p50_ms", "max_ms",
-                   "worst": {"sent", "received", "ms"}, "gil", "core_wait"}  or one per --ping-batch seconds
-{"event": "done", "summary": {...}}                                      see Summary in bench/lib/race_data.py
+                   "worst": {"sent", "received", "ms"}, "gil", "core_wait"}  or one per ping_batch seconds
+{"event": "done", "summary": {...}}                                      see Summary in lab/race/data.py
 {"event": "error", "message"}                                            the race could not run
 """
 

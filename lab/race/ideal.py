@@ -71,7 +71,7 @@ def reachable_makespan(
     reps: int = 1,
 ) -> float:
     """The ideal this machine can really reach: rounds as ideal_makespan counts them, but a round of m
-    runs at once takes `at_once(m)` times as long as one alone, as measured here (bench/lib/capacity.py)."""
+    runs at once takes `at_once(m)` times as long as one alone, as measured here (lab/race/capacity.py)."""
     able = lanes(mode, workload, server)
     if able is None or able < 2:
         return ideal_makespan(mode, workload, server, solo_s, concurrency, reps=reps)

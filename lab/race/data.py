@@ -1,6 +1,6 @@
 """What a race is and what it came to: its spec, its single-run time, its responses and probes, and their Summary.
 
-Data and arithmetic only: bench/lib/engine.py sends the requests and fills
+Data and arithmetic only: lab/race/engine.py sends the requests and fills
 these in; the Summary is what race.json, the tables and the page read.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lib.capacity import Capacity
-from bench.lib.ideal import cpu_ideal_makespan, ideal_makespan, ideal_words, lanes, reachable_makespan
-from bench.lib.stats import median, percentile, ratio
 from lab.modes.registry import MODES
+from lab.race.capacity import Capacity
+from lab.race.ideal import cpu_ideal_makespan, ideal_makespan, ideal_words, lanes, reachable_makespan
+from lab.race.stats import median, percentile, ratio
 
 Event = dict[str, Any]
 
@@ -127,16 +127,16 @@ class Summary:
     p95_s: float = 0.0
     throughput_rps: float = 0.0
     reps: int = 1
-    # The ideal in plain words (bench/lib/ideal.py), for the page's summary.
+    # The ideal in plain words (lab/race/ideal.py), for the page's summary.
     ideal_words: str = ""
     # Noise: (slowest - fastest) / median of the solo runs t comes from.
     solo_spread: float = 0.0
-    # This machine's parallel capacity (bench/lib/capacity.py), where runs could go at once: how much
+    # This machine's parallel capacity (lab/race/capacity.py), where runs could go at once: how much
     # longer one of `cores` runs took when all went together, and the ideal that leaves reachable.
     slowdown: float | None = None
     reachable_ideal_s: float | None = None
     reachable_ratio: float | None = None
-    # The ideal from the burst's own CPU time (bench/lib/ideal.py's cpu_ideal_makespan, with the
+    # The ideal from the burst's own CPU time (lab/race/ideal.py's cpu_ideal_makespan, with the
     # answered runs' median CPU time as t), and the makespan over it: unmoved by the host's speed.
     cpu_ideal_s: float | None = None
     cpu_ratio: float | None = None

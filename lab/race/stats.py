@@ -1,4 +1,4 @@
-"""The bench's few statistics: a makespan's ratio to its ideal, the median, a nearest-rank percentile."""
+"""The race's few statistics: a makespan's ratio to its ideal, the median, a nearest-rank percentile."""
 
 from __future__ import annotations
 

@@ -194,15 +194,19 @@ def test_the_layer_check_reads_docstrings_as_prose() -> None:
 
 
 def _graph() -> dict[str, set[str]]:
-    """Each project module and the project modules it imports (however: TYPE_CHECKING and lazy imports too),
-    plus the registry's runners, which it names by import path."""
+    """Each project module and the project modules it imports (however: TYPE_CHECKING and lazy imports too); a
+    mode's runner is the registry's, which asks for it (its entry's `runner()`), not the entry's, which only
+    imports it when asked."""
     paths = [path for package in PACKAGES for path in _sources(package)] + [ROOT / "server.py"]
     names = {_module_name(path): path for path in paths}
     graph = {
         name: {other for other in _imported(ast.parse(path.read_text())) if other in names and other != name}
         for name, path in names.items()
     }
-    graph["lab.modes.registry"] |= {mode.runner.rpartition(".")[0] for mode in MODES.values()}
+    for mode in MODES.values():
+        runner = mode.runner().__module__
+        graph[runner.rpartition(".")[0]].discard(runner)
+        graph["lab.modes.registry"].add(runner)
     return graph
 
 
@@ -250,10 +254,9 @@ def test_the_circle_check_finds_a_circle_through_a_runner_path_or_a_type_only_im
 # ---------- one mode, one folder ----------
 
 
-def _home(runner: str) -> Path:
-    """A mode's folder: the package of its runner's module (lab/modes/processing for ...processing.runner.X)."""
-    module = runner.rpartition(".")[0]
-    return ROOT / Path(*module.split(".")[:-1])
+def _home(mode: Mode) -> Path:
+    """A mode's folder: the package of its runner's module (lab/modes/processing for ...processing.runner)."""
+    return ROOT / Path(*mode.runner().__module__.split(".")[:-1])
 
 
 # The modes to hold to the folder rules: the registry's, under lab/modes/, and tests/test_modes.py's toy, a
@@ -263,13 +266,16 @@ FOLDERS = [(mode, ROOT / "lab" / "modes") for mode in MODES.values()] + [(toymod
 
 @pytest.mark.parametrize(("mode", "root"), FOLDERS, ids=[mode.name for mode, _ in FOLDERS])
 def test_each_mode_is_a_folder_of_its_own_holding_its_entry_and_runner(mode: Mode, root: Path) -> None:
-    home = _home(mode.runner)
+    home = _home(mode)
     assert home.parent == root and (home / "__init__.py").exists() and (home / "runner.py").exists()
-    assert sum(_home(other.runner) == home for other, _ in FOLDERS) == 1  # no two modes share one
+    assert sum(_home(other) == home for other, _ in FOLDERS) == 1  # no two modes share one
     entry = ast.parse((home / "__init__.py").read_text())
     assert any(name.startswith("lab.modes.contract") for name in _imported(entry))  # its Mode is declared here
-    runner_module = mode.runner.rpartition(".")[0]
-    assert runner_module not in _imported(entry), "the entry stays light: the runner is named by its path"
+    runner_module = mode.runner().__module__
+    top = ast.Module(body=[node for node in entry.body if not isinstance(node, ast.FunctionDef)], type_ignores=[])
+    assert runner_module not in _imported(top), "the entry stays light: its runner() imports the runner when asked"
+    asks = [node for node in entry.body if isinstance(node, ast.FunctionDef) and node.name == "runner"]
+    assert asks and runner_module in _imported(asks[0]), "the entry's runner() imports its runner"
     for path in sorted(home.rglob("*.py")):
         # What the modes may not name (test_imports_only_run_downwards's row for lab/modes), for every folder.
         wrong = _wrong(_named(ast.parse(path.read_text())), MODES_MAY_NOT_NAME, frozenset())
@@ -278,7 +284,7 @@ def test_each_mode_is_a_folder_of_its_own_holding_its_entry_and_runner(mode: Mod
 
 @pytest.mark.parametrize(("mode", "root"), FOLDERS, ids=[mode.name for mode, _ in FOLDERS])
 def test_nothing_outside_a_modes_folder_names_that_mode(mode: Mode, root: Path) -> None:
-    home = _home(mode.runner)
+    home = _home(mode)
     for package in ("lab", "handlers", "peers"):
         for path in _sources(package):
             tree = ast.parse(path.read_text())

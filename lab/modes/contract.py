@@ -4,8 +4,8 @@ A mode is a name, the runner that does its work in each server process, how
 many runs it can make progress on at once (its lanes, from which the ideal
 makespan follows) and one sentence saying why it behaves as it does. Each
 mode declares its own entry in its folder (lab/modes/<mode>/__init__.py) and
-lab/modes/registry.py lists them. A runner is named by import path and
-loaded on demand (`runner_class`), as Tornado's `import_object` names things:
+lab/modes/registry.py lists them. The entry's `runner` imports the runner
+class when it is asked for (a server building its runners, --help, /modes):
 nothing here imports numpy, Tornado or a runner, so the bench reads it too.
 
 A runner reads the server's configuration through `ServerConfig`, the part
@@ -16,11 +16,9 @@ config lists the modes' flags: it sits above them).
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from workloads.params import Param, parse_params
 
@@ -65,9 +63,9 @@ class Mode:
     # "upstream".
     runs_on: str
     capacity: Callable[[Facts, str], Capacity]
-    # "module.Class" of this mode's runner (RunnerFactory): built in every
-    # server process; its class declares the mode's own flags.
-    runner: str
+    # The class of this mode's runner, imported when called: built in every
+    # server process; it declares the mode's own flags.
+    runner: Callable[[], RunnerFactory]
     # Where a request's work goes, in a few words, for --help: "in a thread pool".
     summary: str
     # What the mode runs when it is not one of the lab's workloads (as its
@@ -104,7 +102,7 @@ class Mode:
 
     def unavailable(self) -> str | None:
         """Why this server's Python cannot run this mode at all (its runner's `unavailable`), or None."""
-        check = getattr(runner_class(self), "unavailable", None)
+        check = getattr(self.runner(), "unavailable", None)
         return check() if check is not None else None
 
     def describe(self) -> dict[str, Any]:
@@ -119,7 +117,7 @@ class Mode:
             "awaits": list(self.awaits),
             "workload": self.workload,
             "params": [param.describe() for param in self.params],
-            "flags": [setting.flag for setting in runner_class(self).settings],
+            "flags": [setting.flag for setting in self.runner().settings],
         }
 
 
@@ -175,13 +173,6 @@ class RunnerFactory(Protocol):
     def settings(self) -> tuple[Setting[Any], ...]: ...
 
     def from_config(self, mode: str, config: ServerConfig) -> Runner: ...
-
-
-@cache
-def runner_class(mode: Mode) -> RunnerFactory:
-    """The class `mode.runner` names, imported on first use (and found again without its import path)."""
-    module, _, name = mode.runner.rpartition(".")
-    return cast(RunnerFactory, getattr(importlib.import_module(module), name))
 
 
 # ---------- what a mode's capacity is made of ----------

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lab.modes import blocking, distributed, interpreters, processing, threading, upstream
-from lab.modes.contract import Mode, Runner, ServerConfig, runner_class
+from lab.modes.contract import Mode, Runner, ServerConfig
 
 if TYPE_CHECKING:
     from lab.settings import Setting
@@ -26,12 +26,12 @@ MODES: dict[str, Mode] = {
 
 def mode_settings() -> list[Setting[Any]]:
     """Every flag the modes' runners declare, in registry order (lab/config.py puts them in --help and Config)."""
-    return [setting for mode in MODES.values() for setting in runner_class(mode).settings]
+    return [setting for mode in MODES.values() for setting in mode.runner().settings]
 
 
 def build_runners(config: ServerConfig) -> dict[str, Runner]:
     """A fresh runner for every mode (per server process, after any fork), each told its mode's name."""
-    return {name: runner_class(mode).from_config(name, config) for name, mode in MODES.items()}
+    return {name: mode.runner().from_config(name, config) for name, mode in MODES.items()}
 
 
 def preflight(config: ServerConfig) -> str | None:
@@ -41,7 +41,7 @@ def preflight(config: ServerConfig) -> str | None:
     instead of restarting children that fail one after another.
     """
     for mode in MODES.values():
-        check = getattr(runner_class(mode), "preflight", None)
+        check = getattr(mode.runner(), "preflight", None)
         problem: str | None = check(config) if check is not None else None
         if problem:
             return problem

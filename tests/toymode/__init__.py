@@ -1,16 +1,23 @@
 """A mode invented for tests/test_modes.py, shaped as every mode's folder under lab/modes/ is: this entry and a runner.
 
-Kept light as lab/modes/*/__init__.py are (no runner import): the bench reads
+Kept light as lab/modes/*/__init__.py are (its runner imported only in runner()): the bench reads
 an entry without starting anything.
 """
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory
 
 
 def _capacity(facts: Facts, workload: str) -> Capacity:
     return Capacity(int(facts["toy_pool"]), "as many toys as the pool has")
+
+
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from tests.toymode.runner import ToyRunner
+
+    return ToyRunner
 
 
 MODE = Mode(
@@ -18,6 +25,6 @@ MODE = Mode(
     "starts a new thread for every request, a few at a time.",
     "threads",
     _capacity,
-    runner="tests.toymode.runner.ToyRunner",
+    runner=runner,
     summary="in a toy box",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode, each_process, on_cores, processes
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory, each_process, on_cores, processes
 
 
 def capacity(facts: Facts, workload: str) -> Capacity:
@@ -12,12 +12,19 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     )
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.blocking.runner import BlockingRunner  # noqa: PLC0415
+
+    return BlockingRunner
+
+
 MODE = Mode(
     "blocking",
     "runs the work on the event loop itself: requests are served one after another, "
     "and not even /ping is answered meanwhile.",
     "event loop",
     capacity,
-    runner="lab.modes.blocking.runner.BlockingRunner",
+    runner=runner,
     summary="on the event loop",
 )

@@ -3,7 +3,7 @@ workers run: worker.py)."""
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode, cores, plural, processes, waits
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory, cores, plural, processes, waits
 
 # Addresses of this machine, as a cluster's workers report their host.
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -27,12 +27,19 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     return Capacity(lanes, f"{plural(lanes, 'Dask worker thread')} can run a task at once{where}")
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.distributed.runner import DaskRunner  # noqa: PLC0415
+
+    return DaskRunner
+
+
 MODE = Mode(
     "distributed",
     "sends it to a Dask cluster as a task: a scheduler hands it to a free worker process, on this machine "
     "or another, each worker with its own GIL. More machines, more cores; each task pays a hop.",
     "cluster",
     capacity,
-    runner="lab.modes.distributed.runner.DaskRunner",
+    runner=runner,
     summary="on a Dask cluster",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode, cores, on_cores, plural, processes, waits
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory, cores, on_cores, plural, processes, waits
 
 
 def capacity(facts: Facts, workload: str) -> Capacity:
@@ -17,6 +17,13 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     )
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.interpreters.runner import InterpreterRunner  # noqa: PLC0415
+
+    return InterpreterRunner
+
+
 MODE = Mode(
     "interpreters",
     "hands it to a pool of sub-interpreters inside the server process, each with its own GIL "
@@ -24,7 +31,7 @@ MODE = Mode(
     "that do not support them yet, numpy among them, cannot be loaded there.",
     "interpreters",
     capacity,
-    runner="lab.modes.interpreters.runner.InterpreterRunner",
+    runner=runner,
     summary="in a pool of sub-interpreters",
     cannot_load=("numpy", "scikit-learn"),
     cannot_load_because="which cannot be imported in a sub-interpreter (numpy does not support "

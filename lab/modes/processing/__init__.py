@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode, cores, on_cores, plural, processes, waits
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory, cores, on_cores, plural, processes, waits
 
 
 def capacity(facts: Facts, workload: str) -> Capacity:
@@ -13,12 +13,19 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     return Capacity(lanes, f"{plural(lanes, 'worker process')} can compute at once on {plural(cores(facts), 'core')}")
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.processing.runner import ProcessRunner  # noqa: PLC0415
+
+    return ProcessRunner
+
+
 MODE = Mode(
     "processing",
     "hands it to a pool of worker processes, each with its own interpreter and its own GIL, "
     "so CPU work runs on every core.",
     "processes",
     capacity,
-    runner="lab.modes.processing.runner.ProcessRunner",
+    runner=runner,
     summary="in a process pool",
 )

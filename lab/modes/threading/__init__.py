@@ -6,6 +6,7 @@ from lab.modes.contract import (
     Capacity,
     Facts,
     Mode,
+    RunnerFactory,
     cores,
     each_process,
     gil_enabled,
@@ -32,12 +33,19 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     return Capacity(lanes, f"{reason}, so {plural(lanes, 'request')} can run at once ({limits})")
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.threading.runner import ThreadRunner  # noqa: PLC0415
+
+    return ThreadRunner
+
+
 MODE = Mode(
     "threading",
     "hands it to a pool of threads. The loop stays free, but pure-Python code holds the GIL: "
     "only one thread computes at a time.",
     "threads",
     capacity,
-    runner="lab.modes.threading.runner.ThreadRunner",
+    runner=runner,
     summary="in a thread pool",
 )

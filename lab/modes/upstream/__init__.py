@@ -6,7 +6,7 @@ Its folder is named for what it waits on: `async` is a Python keyword.
 
 from __future__ import annotations
 
-from lab.modes.contract import Capacity, Facts, Mode, waits
+from lab.modes.contract import Capacity, Facts, Mode, RunnerFactory, waits
 from workloads.params import FloatParam, IntParam, Param
 
 UPSTREAM = "upstream"  # what the mode runs itself, as its envelopes name it
@@ -30,12 +30,19 @@ def capacity(facts: Facts, workload: str) -> Capacity:
     return Capacity(1, "the event loop's one thread computes one run at a time; only their waits overlap")
 
 
+def runner() -> RunnerFactory:
+    """The runner class, imported when a server builds its runners (the bench reads this entry without it)."""
+    from lab.modes.upstream.runner import AsyncRunner  # noqa: PLC0415
+
+    return AsyncRunner
+
+
 MODE = Mode(
     "async",
     "awaits a slow upstream: one thread waits for many calls at once. Great for waiting, no help for computing.",
     "upstream",
     capacity,
-    runner="lab.modes.upstream.runner.AsyncRunner",
+    runner=runner,
     summary="as async I/O",
     workload=UPSTREAM,
     params=ASYNC_PARAMS,

@@ -244,3 +244,45 @@ def named_problems(pages: Iterable[Page], other_flags: frozenset[str] = frozense
                 written = "<" not in path and "*" not in path and not path.startswith("bench/results")
                 if written and not (ROOT / path).exists():
                     yield f"{where}: no file {path}"
+
+
+# A quote of the source: a ```python block whose first line is `# <path>`; a line `...` stands for lines left out.
+QUOTE = re.compile(
+    r"^```python\n# ((?:lab|handlers|workloads|peers|bench|scripts)/[\w/]+\.py)\n(.*?)^```$", re.M | re.S
+)
+
+
+def _found_at(lines: list[str], run: list[str], start: int) -> int | None:
+    """The line after where `run` appears in `lines`, from `start` on, each line shifted by one common indent."""
+    quoted = len(run[0]) - len(run[0].lstrip())
+    for at in range(start, len(lines) - len(run) + 1):
+        shift = len(lines[at]) - len(lines[at].lstrip()) - quoted
+        if shift >= 0 and all(
+            lines[at + i] == " " * shift + line if line.strip() else not lines[at + i].strip()
+            for i, line in enumerate(run)
+        ):
+            return at + len(run)
+    return None
+
+
+def misquoted(page: Path) -> Iterator[str]:
+    """Every quote of the source on `page` whose lines are not in its file, in that order (`...`: lines left out)."""
+    for path, body in QUOTE.findall(page.read_text()):
+        source = ROOT / path
+        if not source.exists():
+            yield f"{page.name}: quotes {path}, which does not exist"
+            continue
+        lines, start = source.read_text().splitlines(), 0
+        runs: list[list[str]] = [[]]
+        for line in body.splitlines():
+            if line.strip() == "...":
+                runs.append([])
+            else:
+                runs[-1].append(line)
+        for run in (run for run in runs if run):
+            found = _found_at(lines, run, start)
+            if found is None:
+                where = " after the lines before" if start else ""
+                yield f"{page.name}: {path} has no {run[0].strip()[:40]!r}...{where}"
+                break
+            start = found

@@ -14,7 +14,7 @@ import pytest
 
 from lab import ROOT
 from scripts import reference
-from tests.docs_check import Page, anchor, broken_links, named_problems
+from tests.docs_check import Page, anchor, broken_links, misquoted, named_problems
 
 DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
 REQUIRED = ["modes", "bench", "peers", "instruments", "api", "operating", "design", "glossary", "results"]
@@ -44,6 +44,30 @@ def test_every_relative_link_and_anchor_resolves(pages: dict[Path, Page]) -> Non
 
 def test_every_route_target_module_flag_and_path_the_docs_name_exists(pages: dict[Path, Page]) -> None:
     assert list(named_problems(pages.values(), OTHER_FLAGS)) == []
+
+
+def test_the_code_modes_md_quotes_is_in_its_files() -> None:
+    page = ROOT / "docs" / "modes.md"
+    assert len(re.findall(r"^```python\n# ", page.read_text(), re.M)) >= 7  # every mode's, forked's too
+    assert list(misquoted(page)) == []
+
+
+def test_a_misquote_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "quotes.md"
+    head = "```python\n# lab/modes/blocking/runner.py\n"
+    run = "    async def run(self, workload: str, params: dict[str, Any]) -> RunRecord:\n"
+    page.write_text(
+        f"{head}{run}        return run_timed(workload, params)\n```\n\n"  # as in the file, indented one level less
+        f"{head}{run}        return run_timed(params, workload)\n```\n\n"  # a line changed
+        f"{head}        return run_timed(workload, params)\n...\n{run}```\n\n"  # out of order
+        "```python\n# lab/nothing.py\nx = 1\n```\n"
+    )
+    missing = "quotes.md: lab/modes/blocking/runner.py has no 'async def run(self, workload: str, param'..."
+    assert list(misquoted(page)) == [
+        missing,
+        f"{missing} after the lines before",
+        "quotes.md: quotes lab/nothing.py, which does not exist",
+    ]
 
 
 def test_the_generated_tables_match_the_code() -> None:

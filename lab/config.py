@@ -28,7 +28,7 @@ from workloads.ml import LAZY_ENV
 T = TypeVar("T")
 
 
-# Each --accept policy and what it does, in its help (lab/serve/accept.py says how each works).
+# Each --accept policy and what it does, in its help (lab/serve/accept/ says how each works).
 POLICIES = {
     "fair": "one at a time, only while a child has room (even spread)",
     "all": "Tornado's own, a child that wakes takes every waiting connection",

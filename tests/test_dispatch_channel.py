@@ -17,7 +17,7 @@ from tornado.iostream import IOStream
 from tornado.web import Application
 
 from lab.instruments.stats import RequestStats
-from lab.serve.dispatch import Dispatch
+from lab.serve.accept.dispatch import Dispatch
 from lab.web.channel import ChildEnd, FromParent, Slots
 from lab.web.httpserver import HandedStream, JsonErrorStream, make_http_server
 from lab.web.lifecycle import Lifecycle

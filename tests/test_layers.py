@@ -331,6 +331,19 @@ def test_a_run_is_resolved_and_answered_in_one_place_for_the_lab_and_its_peers()
     assert users["envelope"] == {"handlers/run.py", "peers/app.py", "bench/lib/meters.py"}  # (meters: times it)
 
 
+def test_a_server_loads_the_accept_policies_beyond_tornados_own_only_when_it_uses_them() -> None:
+    # lab/serve/accept/'s dispatch and reuseport, and a dispatched child's channel: a student reading a single
+    # server's start-up meets none of them.
+    code = (
+        "import sys, handlers.app, lab.serve.main; "
+        "print(sorted(m for m in sys.modules if m.startswith('lab.serve.accept.') or m == 'lab.web.channel'))"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "[]"
+    policies = {path.stem for path in (ROOT / "lab" / "serve" / "accept").glob("*.py")}
+    assert {"dispatch", "reuseport"} <= policies
+
+
 def test_the_peers_app_loads_no_tornado() -> None:
     # uWSGI and gunicorn load it in every worker: the lab's web stack has no business there.
     code = "import sys, peers.app; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tornado', 'handlers')))"

@@ -1,4 +1,4 @@
-"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/serve/accept.py), its GC."""
+"""What one server process keeps up to date cheaply under a crowd: what it holds (lab/serve/accept/), its GC."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The floor forked (bench/bare_server.py --processes N): children that accept for themselves, or a bare
 dispatching parent.
 
-The lab's forked accept policies (lab/serve/dispatch.py) carry what a
+The lab's forked accept policies (lab/serve/accept/dispatch.py) carry what a
 forked server needs to be trusted: children reaped and replaced, the least
 busy child chosen, a connection in a dead child's channel re-homed. This is
 the hop alone, so that bench.overhead can tell what the hop costs from what

@@ -36,8 +36,6 @@ from lab.modes.upstream.client import UPSTREAM_IDLE_MARGIN_S
 from lab.modes.upstream.embedded import EmbeddedUpstream
 from lab.modes.upstream.settings import UPSTREAM_IDLE
 from lab.procs import LISTEN_BACKLOG, kill_children
-from lab.serve.accept import reserve_port
-from lab.serve.dispatch import Dispatch
 from lab.serve.services import Services
 from lab.serve.signals import Asked, StopSignals
 from lab.serve.supervisor import Doorway, Forked, Supervisor
@@ -147,6 +145,20 @@ def _prepare_workers(config: Config) -> None:
         ml.preload()
 
 
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """--accept reuseport's port, kept in the parent (lab/serve/accept/reuseport.py, imported for it alone)."""
+    from lab.serve.accept.reuseport import reserve_port  # noqa: PLC0415
+
+    return reserve_port(host, port)
+
+
+def _dispatch(sockets: list[socket.socket], count: int) -> Doorway:
+    """--accept dispatch's doorway: the parent accepts (lab/serve/accept/dispatch.py, imported for it alone)."""
+    from lab.serve.accept.dispatch import Dispatch  # noqa: PLC0415
+
+    return Dispatch(sockets, count)
+
+
 def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     """Parse, configure logging, bind, start the upstream, fork, then serve in every process until stopped."""
     config = parse_args(argv)
@@ -164,7 +176,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
     if reuse_port:
         # Each child binds a socket of its own after the fork; this one only
         # keeps the port (it never listens, so no connection lands on it).
-        reservation = reserve_port(config.host, config.port)
+        reservation = _reserve_port(config.host, config.port)
         sockets, port = [], reservation.getsockname()[1]
     else:
         sockets = bind_sockets(config.port, config.host, backlog=LISTEN_BACKLOG)
@@ -186,7 +198,7 @@ def main(make_app: AppFactory, argv: Sequence[str] | None = None) -> None:
         forked = None
         if config.forked:
             # However connections reach them, one supervisor forks, replaces and stops the children.
-            doorway = Dispatch(sockets, config.process_count) if config.accept == "dispatch" else Doorway()
+            doorway = _dispatch(sockets, config.process_count) if config.accept == "dispatch" else Doorway()
             forked = Supervisor(config.process_count, signals, doorway).run()
         if reuse_port:
             sockets = bind_sockets(port, config.host, backlog=LISTEN_BACKLOG, reuse_port=True)

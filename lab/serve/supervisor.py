@@ -4,7 +4,7 @@ Every --accept policy forks through it (gunicorn's arbiter owns its workers
 the same way, whatever their class). What differs between the policies is
 only how connections reach the children, a `Doorway`: with `all`, `fair`
 and `reuseport` the children accept for themselves and the doorway does
-nothing; with `dispatch` (lab/serve/dispatch.py) the parent accepts and
+nothing; with `dispatch` (lab/serve/accept/dispatch.py) the parent accepts and
 hands each connection down a channel it made for the child before forking.
 
 The parent is one thread and one `selectors` loop: a signal handler only
@@ -35,10 +35,13 @@ import signal
 import time
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from lab.procs import watch_parent
 from lab.serve.signals import STOP_SIGNALS, StopSignals
-from lab.web.channel import ChildEnd
+
+if TYPE_CHECKING:
+    from lab.web.channel import ChildEnd  # (a dispatched child's: lab/serve/accept/dispatch.py makes it)
 
 log = logging.getLogger("lab.server")
 

@@ -1,10 +1,11 @@
 """A dispatched child's end of its channel (--accept dispatch): connections arrive down it, and what the child
 holds goes into shared memory.
 
-The parent's end is lab/serve/dispatch.py. Nothing travels up the channel:
-each child writes how many connections it has received, and its occupancy,
-into its slot of `Slots` (shared memory made before the fork), and the parent
-reads them when it next looks. A message up the channel for every change
+The parent's end is lab/serve/accept/dispatch.py; both are imported only
+where the policy is in use. Nothing travels up the channel: each child
+writes how many connections it has received, and its occupancy, into its
+slot of `Slots` (shared memory made before the fork), and the parent reads
+them when it next looks. A message up the channel for every change
 woke the parent for each and cost it a read for each: on new connections of
 `HEAD /ping` one at a time, 106 µs of the parent's CPU a connection with
 them, 76 without (docs/results.md#overhead). The channel closing is what tells

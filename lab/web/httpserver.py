@@ -15,10 +15,10 @@ from tornado.iostream import IOStream
 from tornado.web import Application
 
 from lab.web import tornado_private
-from lab.web.channel import ChildEnd, FromParent
 from lab.web.descriptors import ACCEPT_PAUSE_S, OutOfFiles
 
 if TYPE_CHECKING:
+    from lab.web.channel import ChildEnd, FromParent
     from lab.web.lifecycle import Lifecycle
 
 # GET requests carry no body; a client sending one gets a 400 instead of
@@ -73,7 +73,7 @@ def make_http_server(
     idle_connection_timeout: float | None = None,
 ) -> LabHTTPServer:
     """The server for `app`. With `lifecycle`, each connection is told to it (what the process holds);
-    with `fair` too, it accepts as lab/serve/accept.py's fair policy says, from what the lifecycle holds.
+    with `fair` too, it accepts as lab/serve/accept/'s fair policy says, from what the lifecycle holds.
     `idle_connection_timeout`: a connection with no request for that long is closed (Tornado's: an hour)."""
     server = LabHTTPServer(
         app,
@@ -94,10 +94,10 @@ class LabHTTPServer(HTTPServer):
     loop): out of descriptors, it stops accepting for a moment and the
     connections wait in the listen queue (lab/web/descriptors.py).
     With a `lifecycle`, each connection it takes and closes is told to it, so
-    that the process knows what it holds (lab/serve/accept.py). With `fair` it also
+    that the process knows what it holds (lab/serve/accept/). With `fair` it also
     accepts one connection per wake-up and listens only while the process has
     room; with `take_from` it accepts nothing and is handed its connections
-    by the forked parent (lab/serve/dispatch.py), which it tells how busy it is.
+    by the forked parent (lab/serve/accept/dispatch.py), which it tells how busy it is.
     """
 
     lifecycle: Lifecycle | None = None
@@ -111,6 +111,8 @@ class LabHTTPServer(HTTPServer):
         """Serve the connections the dispatching parent sends down its channel (--accept dispatch)."""
         if self.lifecycle is None:
             raise RuntimeError("take_from() needs the lifecycle, to tell the parent what this process holds")
+        from lab.web.channel import FromParent  # noqa: PLC0415 (only a dispatched child needs it)
+
         self._parent = FromParent(end, self.lifecycle.occupancy, self._take)
 
     def stop(self) -> None:

@@ -65,7 +65,7 @@ class Lifecycle:
 
     def __init__(self, stats: RequestStats, on_end: Callable[[int], None]) -> None:
         self.stats = stats
-        self.occupancy = Occupancy()  # what the fair and dispatch accept policies read (lab/serve/accept.py)
+        self.occupancy = Occupancy()  # what the fair and dispatch accept policies read (lab/serve/accept/)
         self.active = 0  # requests begun and not yet ended
         # In-flight requests awaiting work: abandon() cancels their tasks when the grace period is over.
         self.jobs: set[RequestLife] = set()

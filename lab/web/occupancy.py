@@ -1,6 +1,6 @@
 """What one server process holds, in units of its capacity: what the fair and dispatch accept policies read.
 
-lab/serve/accept.py says how each policy uses it.
+lab/serve/accept/ says how each policy uses it.
 """
 
 from __future__ import annotations

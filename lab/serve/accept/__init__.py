@@ -18,26 +18,16 @@ reuseport  One SO_REUSEPORT socket per child: the kernel hashes each connection
 dispatch   The default when forked. The parent accepts every connection and
            passes it (SCM_RIGHTS) to the child that holds least of its
            capacity, from the same occupancy as fair, which each child writes
-           into shared memory (lab/serve/dispatch.py). No child stops answering: a
+           into shared memory (dispatch.py). No child stops answering: a
            connection never waits for a child to have room, only for its
            event loop. Measured side by side, it spreads as evenly as fair
            with a worst /ping like all's (docs/results.md#accept-policies).
 
 With one server process there is nothing to share and every policy is `all`.
+
+The parent's part of a policy lives here, imported only when that policy is
+in use: dispatch.py (the parent that accepts), reuseport.py (the port kept
+for the children's own sockets). A child's part is its HTTP server's
+(lab/web/httpserver.py: fair's accept loop; lab/web/channel.py: a
+dispatched child's end).
 """
-
-from __future__ import annotations
-
-import socket
-
-
-def reserve_port(host: str, port: int) -> socket.socket:
-    """A bound SO_REUSEPORT socket that never listens: it keeps `port` for the children's own sockets."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(address)
-    return sock

@@ -7,7 +7,7 @@ SOCK_SEQPACKET pair, down which the parent sends each accepted connection's
 file descriptor (SCM_RIGHTS: `socket.send_fds`). Nothing comes back up it:
 each child writes into its slot of shared memory (lab/web/channel.py's
 `Slots`) how many connections it has received and its occupancy
-(lab/serve/accept.py: what its requests hold of its capacity, a connection
+(lab/serve/accept/: what its requests hold of its capacity, a connection
 whose request is not known yet a whole unit), and the parent reads them when
 it chooses. The parent counts a connection it sent but the child has not
 received yet as a whole unit, so a burst spreads before any child has taken

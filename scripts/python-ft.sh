@@ -51,6 +51,9 @@ EOF
         -o "Dir::State::lists=$apt_dir/lists" -o Debug::NoLocking=1)
     apt-get "${apt_opts[@]}" update -qq >"$apt_dir/update.log" 2>&1 \
         || fail "apt-get update of trixie's deb-src at $mirror failed (see $apt_dir/update.log)"
+    # apt-get update exits 0 when a mirror cannot be reached: the index it fetched says whether it could.
+    compgen -G "$apt_dir/lists/*_trixie_main_source_Sources*" >/dev/null \
+        || fail "no trixie deb-src index from $mirror (see $apt_dir/update.log)"
     (cd "$download" && apt-get "${apt_opts[@]}" source --download-only -qq "$package=$version" \
         >"$apt_dir/source.log" 2>&1) \
         || fail "apt-get source $package=$version failed: the archive no longer serves it (see $apt_dir/source.log)"
@@ -65,7 +68,7 @@ tar -xJf "$download/$tarball" -C "$build" --strip-components=1
 cd "$build"
 echo "building free-threaded CPython $version into $prefix (log: $build/build.log)" >&2
 {
-    ./configure --disable-gil --prefix="$prefix" \
+    ./configure --disable-gil --disable-test-modules --prefix="$prefix" \
         && make -j"$(nproc)" \
         && make install
 } >"$build/build.log" 2>&1 || { tail -20 "$build/build.log" >&2; fail "configure/make failed (see $build/build.log)"; }

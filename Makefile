@@ -75,10 +75,10 @@ $(FT_PYTHON):
 ## install-ft: .venv-ft on it, with the runtime deps that exist for it (requirements-ft.txt) and the test ones
 install-ft: $(FT_VENV)/.runtime
 
-$(FT_VENV)/.runtime: $(FT_PYTHON) requirements-ft.txt requirements-test.txt
+$(FT_VENV)/.runtime: $(FT_PYTHON) requirements-ft.txt requirements-test-ft.txt
 	$(FT_PYTHON) -m venv $(FT_VENV)
 	$(FT_VENV)/bin/python -m pip install --quiet --only-binary numpy,scipy,scikit-learn \
-		-r requirements-ft.txt -r requirements-test.txt
+		-r requirements-ft.txt -r requirements-test-ft.txt
 	@touch $@
 
 ## run-ft: the lab on the free-threaded build (ARGS as for run)
@@ -87,7 +87,7 @@ run-ft: install-ft
 
 ## test-ft: the mode, workload, stats and race tests, and the free-threaded ones, on .venv-ft
 FT_TESTS := $(PYTHON_TESTS) tests/test_free_threaded.py tests/test_gil.py tests/test_stats.py \
-            tests/test_stats_board.py tests/test_bench_race.py tests/test_time_split.py tests/test_threading_mode.py
+            tests/test_stats_board.py tests/test_bench_race.py tests/test_threading_mode.py
 test-ft: install-ft
 	$(FT_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(FT_TESTS) $(ARGS)
 

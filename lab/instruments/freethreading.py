@@ -30,7 +30,7 @@ _ENABLED_TO_LOAD = re.compile(r"has been enabled to load module '([^']+)'")
 OPTIONAL = {
     "orjson": "JSON answers are written by the standard library's json (slower; NaN is written as NaN, not null)",
     "gilknocker": "no GIL meter: /stats gil_contention is null",
-    "matplotlib": "the bench writes no charts",
+    "matplotlib": "a bench tool that draws a chart exits 2 naming it (bench.race --no-files draws none)",
     "psycopg_binary": "psycopg uses the system's libpq (page on a PostgreSQL --database)",
     "psycopg": "page on a PostgreSQL --database is unavailable (the embedded SQLite still runs it)",
 }

@@ -10,7 +10,8 @@ endif
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: install peers run test test-python locust lint format docs pictures bench compare system-deps clean
+.PHONY: install peers run test test-python locust lint format docs pictures bench compare system-deps clean \
+        python-ft install-ft run-ft test-ft
 
 ## install: create .venv with the pinned runtime dependencies
 install: $(VENV)/.runtime
@@ -63,6 +64,33 @@ $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 	$(BIN)/python -m pip install --quiet -r requirements-test.txt
 	@touch $@
 
+## python-ft: free-threaded CPython 3.13 (--disable-gil) built from Debian's python3.13 source into .python-ft/
+FT_PYTHON := .python-ft/bin/python3.13t
+FT_VENV   := .venv-ft
+python-ft: $(FT_PYTHON)
+
+$(FT_PYTHON):
+	scripts/python-ft.sh .python-ft
+
+## install-ft: .venv-ft on it, with the runtime deps that exist for it (requirements-ft.txt) and the test ones
+install-ft: $(FT_VENV)/.runtime
+
+$(FT_VENV)/.runtime: $(FT_PYTHON) requirements-ft.txt requirements-test-ft.txt
+	$(FT_PYTHON) -m venv $(FT_VENV)
+	$(FT_VENV)/bin/python -m pip install --quiet --only-binary numpy,scipy,scikit-learn \
+		-r requirements-ft.txt -r requirements-test-ft.txt
+	@touch $@
+
+## run-ft: the lab on the free-threaded build (ARGS as for run)
+run-ft: install-ft
+	$(FT_VENV)/bin/python server.py $(ARGS)
+
+## test-ft: the mode, workload, stats and race tests, and the free-threaded ones, on .venv-ft
+FT_TESTS := $(PYTHON_TESTS) tests/test_free_threaded.py tests/test_gil.py tests/test_stats.py \
+            tests/test_stats_board.py tests/test_bench_race.py tests/test_threading_mode.py
+test-ft: install-ft
+	$(FT_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(FT_TESTS) $(ARGS)
+
 ## lint: ruff (lint + format check) and mypy
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
@@ -97,4 +125,4 @@ system-deps:
 	@scripts/system-deps.sh siege chromium postgresql ab ip valgrind
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(FT_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -9,9 +9,11 @@ The imports sit under __main__ so that the processes pools spawn (they run
 this file again as __mp_main__) do not load the web stack they never use.
 """
 
+from lab.instruments.freethreading import watch_gil
 from lab.native import cap_native_threads
 
 if __name__ == "__main__":
+    watch_gil()  # before any C extension is imported: one may turn a free-threaded build's GIL back on
     cap_native_threads()
     from handlers.app import make_app
     from lab.serve.main import main

@@ -10,6 +10,7 @@ import psutil
 from threadpoolctl import threadpool_info
 
 from handlers.base import LabHandler
+from lab.instruments.freethreading import report as interpreter_report
 from lab.instruments.stats import merge, summarise
 
 
@@ -44,6 +45,7 @@ def _render(doc: dict[str, Any], now: float) -> dict[str, Any]:
         "uptime_s": round(now - doc["started"], 3),
         "restarts": doc["restarts"],
         "active_requests": doc["active_requests"],
+        "gil_enabled": doc.get("gil_enabled"),
         "gil_contention": doc.get("gil_contention"),
         "core_wait": doc.get("core_wait"),
         **_usage(doc["pid"]),
@@ -70,6 +72,7 @@ class StatsHandler(LabHandler):
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,
                     "native_threads": native_threads(),
+                    "interpreter": interpreter_report(),
                 },
                 "totals": {"requests": summarise(merge([doc["requests"] for doc in docs]))},
                 "processes": [_render(doc, now) for doc in docs],

@@ -89,11 +89,11 @@ export function drawGil(svg, race, f) {
   svg.dataset.count = String(readings.length);
   svg.dataset.max = readings.length ? String(Math.max(...readings.map((b) => b.gil))) : "";
   if (!race || f.origin === null) return;
-  if (!readings.length) {
-    if (race.pings.length) {
-      el("text", { x: f.left + 4, y: top + 12, class: "placeholder" }, svg, "not measured by this server");
-    }
-    return;
+  if (!readings.length && race.pings.length) {
+    // A free-threaded server has no GIL to meter: n/a, not 0. Its core meter still reads.
+    const none = race.server && race.server.gil_enabled === false ? "n/a: no GIL (a free-threaded build)"
+      : "not measured by this server";
+    el("text", { x: f.left + 4, y: top + 12, class: "placeholder" }, svg, none);
   }
   let d = "";
   for (const b of readings) {
@@ -102,8 +102,8 @@ export function drawGil(svg, race, f) {
     const w = Math.max(1, f.x(b.to) - x0);
     d += `M${x0.toFixed(1)} ${bottom}V${y(b.gil).toFixed(1)}h${w.toFixed(1)}V${bottom}Z`;
   }
-  el("path", { d, class: "gil" }, svg);
-  const cores = readings.filter((b) => b.to >= f.origin && b.core_wait !== null && b.core_wait !== undefined);
+  if (d) el("path", { d, class: "gil" }, svg);
+  const cores = race.pings.filter((b) => b.to >= f.origin && b.core_wait !== null && b.core_wait !== undefined);
   svg.dataset.coreMax = cores.length ? String(Math.max(...cores.map((b) => b.core_wait))) : "";
   if (cores.length) {
     const line = cores.map((b, i) => `${i ? "L" : "M"}${f.x(b.from).toFixed(1)} ${y(b.core_wait).toFixed(1)}`

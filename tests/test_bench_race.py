@@ -13,6 +13,7 @@ import pytest
 from lab import ROOT
 from lab.modes.registry import MODES
 from tests.bench_helpers import Tracked, is_png
+from tests.builds import needs_matplotlib
 from tests.conftest import StartServer
 
 RACE = [sys.executable, "-m", "bench.race"]
@@ -71,6 +72,7 @@ def test_without_batching_every_probe_is_an_event_with_the_gil_reading(start_ser
 
 @pytest.mark.timeout(300)  # a whole bench run on a lab server that starts a Dask cluster
 @pytest.mark.timeout(240)
+@needs_matplotlib
 def test_rounds_alternate_the_modes_and_print_medians_and_ranges(start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "rounds"
@@ -99,6 +101,7 @@ def test_an_unknown_mode_in_a_list_is_a_usage_error() -> None:
     assert done.returncode == 2 and "unknown mode turbo" in done.stderr
 
 
+@needs_matplotlib
 def test_all_modes_print_a_table_and_write_json_and_timelines(start_server: StartServer, tmp_path: Path) -> None:
     lab = start_server("--process-pool", "2", "--no-access-log")
     out = tmp_path / "race"

@@ -37,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from tests.builds import needs_gil
 from workloads import clocks
 from workloads.clocks import thread_core_wait
 from workloads.registry import WORKLOADS
@@ -152,6 +153,7 @@ def test_every_workload_is_sized_here() -> None:
 
 
 @pytest.mark.slow
+@needs_gil
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_declared_gil_behaviour_matches_measurement(name: str) -> None:
     wait = gil_wait(name)

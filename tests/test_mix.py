@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from lab.modes.registry import MODES
+from tests.builds import needs_gil
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, Reply, copies, get, sent
 from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, SIZES, gil_wait
@@ -49,6 +50,7 @@ def test_every_mode_runs_mix_and_times_its_wait_where_it_waited(server: LabServe
         assert timing["io_wait_ms"] == pytest.approx(30, abs=TIMER_GRAIN_MS), (mode, timing)
 
 
+@needs_gil
 def test_the_dial_moves_the_split_from_computing_to_waiting(server: LabServer) -> None:
     computing = get(f"{server.url}/processing/mix?compute_ms=50&wait_ms=0").json()["timing"]
     waiting_ = get(f"{server.url}/processing/mix?compute_ms=5&wait_ms=95").json()["timing"]
@@ -64,6 +66,7 @@ def test_the_dial_moves_the_split_from_computing_to_waiting(server: LabServer) -
     assert waiting_["blocked_ms"] < waiting_["io_wait_ms"] and waiting_["gil_wait_ms"] == 0, waiting_
 
 
+@needs_gil
 def test_a_wait_in_a_thread_is_not_the_gil_s(server: LabServer) -> None:
     # A thread of the server shares its GIL: before the waits were timed its sleep was all "blocked",
     # and could not be told from the GIL. Now the wait is its own part and the rest is the GIL's.
@@ -199,6 +202,7 @@ def test_a_wait_cut_short_counts_its_wall_time_less_the_run_s_own() -> None:
 
 
 @pytest.mark.slow
+@needs_gil
 def test_mix_holds_the_gil_while_it_computes_and_lets_go_while_it_waits() -> None:
     # tests/test_gil.py's probe (its docstring says how wide apart the two readings are), on each half; the
     # computing in runs that outlast the switch interval (tests/test_gil.py's SIZES say why).

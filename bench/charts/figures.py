@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.lib.optional import need_module
 from bench.lib.tables import spread_text
 
 # Okabe & Ito (2008), "Color Universal Design"; black is kept for lines and text.
@@ -22,8 +23,9 @@ FAILED = "#999999"
 
 
 def pyplot() -> Any:
-    # Imported on first use: matplotlib takes a second to load, and only charts need it.
-    import matplotlib  # noqa: PLC0415
+    # Imported on first use: matplotlib takes a second to load, and only charts need it. (None for 3.13t.)
+    install = "pip install matplotlib (none builds on free-threaded 3.13t: bench.race --no-files draws nothing)"
+    matplotlib = need_module("matplotlib", "matplotlib", install, tool="a bench chart")
 
     matplotlib.use("Agg")  # no display needed; must precede pyplot's import
     import matplotlib.pyplot as plt  # noqa: PLC0415

@@ -252,7 +252,8 @@ class LocalServer:
     on stderr (a lazy lab's: _say_lazy)."""
 
     def __init__(self, flags: Sequence[str], log_path: Path, *, quiet: bool = False,
-                 prefix: Sequence[str] = ()) -> None:  # fmt: skip
+                 prefix: Sequence[str] = (), python: str = sys.executable) -> None:  # fmt: skip
+        self.python = python  # another venv's (bench.gil_off: a lab with a GIL and one without)
         self.flags = ["--port", "0", "--no-access-log", *flags]
         self.prefix = list(prefix)  # a command the server's Python runs under (valgrind's: bench/lib/callgrind.py)
         self.log_path = log_path
@@ -263,7 +264,7 @@ class LocalServer:
     def start(self, timeout: float = 120.0) -> LocalServer:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [*self.prefix, sys.executable, "server.py", *self.flags],
+                [*self.prefix, self.python, "server.py", *self.flags],
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

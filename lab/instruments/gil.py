@@ -14,9 +14,16 @@ previous one (the server reads it every 200 ms, lab/serve/services.py).
 
 from __future__ import annotations
 
-from gilknocker import KnockKnock
+from typing import TYPE_CHECKING
 
 from workloads.clocks import gil_enabled
+
+if TYPE_CHECKING:
+    from gilknocker import KnockKnock
+try:
+    import gilknocker
+except ImportError:  # no wheel for free-threaded 3.13; with no GIL there is nothing to meter anyway
+    gilknocker = None
 
 POLL_US = 1_000  # how often the meter's thread asks for the GIL while it samples
 SAMPLE_US = 10_000  # how long it samples at a time
@@ -41,15 +48,15 @@ class GilMeter:
         if not self._wanted:
             return
         enabled = gil_enabled()
-        if enabled and self._knocker is None:
-            self._knocker = KnockKnock(POLL_US, SAMPLE_US, PAUSE_US)
+        if enabled and self._knocker is None and gilknocker is not None:
+            self._knocker = gilknocker.KnockKnock(POLL_US, SAMPLE_US, PAUSE_US)
             self._knocker.start()
         elif not enabled and self._knocker is not None:
             self._knocker.stop()
             self._knocker = None
 
     def read(self) -> float | None:
-        """Contention since the last read, 0-1; None when not measured (no GIL now, or not started)."""
+        """Contention since the last read, 0-1; None when not measured (no GIL now, no gilknocker, or not started)."""
         self._follow_the_gil()
         if self._knocker is None:
             return None

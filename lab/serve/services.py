@@ -12,6 +12,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from lab.config import Config
+from lab.instruments import freethreading
 from lab.instruments.cores import CoreWatch
 from lab.instruments.gil import GilMeter
 from lab.instruments.stats import Board, RequestStats
@@ -113,6 +114,8 @@ class Services:
         if ml.lazy():
             notes.append("scikit-learn at each worker's first predict or train (--lazy-ml)")
         log.info("ready: %s, upstream %s", ", ".join(notes), config.upstream)
+        if not task_id:  # once per server, not once per forked child
+            freethreading.log_start()
         return services
 
     def facts(self) -> dict[str, Any]:
@@ -150,6 +153,7 @@ class Services:
             "started": self.started,
             "restarts": self.restarts,
             "active_requests": self.lifecycle.active,
+            "gil_enabled": gil_enabled(),
             "gil_contention": self.gil_contention,
             "core_wait": self.core_wait,
             "requests": self.requests.modes,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import traceback
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-import orjson
 from tornado.web import HTTPError, RequestHandler
 
 from lab.errors import LabError
@@ -20,6 +20,13 @@ from lab.logs import clip
 from lab.web import tornado_private
 
 app_log = logging.getLogger("tornado.application")
+
+try:
+    import orjson
+
+    _fast_dumps: Callable[[Any], bytes] | None = orjson.dumps
+except ImportError:  # no wheel for free-threaded 3.13: the standard library's (lab/instruments/freethreading.py)
+    _fast_dumps = None
 
 DEFAULT_HEADERS = {
     "Content-Type": "application/json; charset=UTF-8",
@@ -34,8 +41,10 @@ def to_json(value: Any) -> bytes:
     the standard library's for what orjson refuses (an int past 64 bits, a key that is not a string, a float's
     subclass). JSON has no word for a NaN or an infinity:
     orjson writes null, the standard library NaN or Infinity (as Tornado's json_encode did)."""
+    if _fast_dumps is None:
+        return json.dumps(value).encode()
     try:
-        return orjson.dumps(value)
+        return _fast_dumps(value)
     except TypeError:  # (orjson.JSONEncodeError is one)
         return json.dumps(value).encode()
 

@@ -14,7 +14,9 @@ package=python3.13
 version=3.13.5-2+deb13u5
 tarball=python3.13_3.13.5.orig.tar.xz
 sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
-mirror="${PYTHON_FT_MIRROR:-http://deb.debian.org/debian}"
+# The Debian mirror this system's own apt sources name (the archive labelled Debian, not its security one).
+system_mirror() { apt-get indextargets --format '$(LABEL) $(SITE)' 2>/dev/null | awk '$1 == "Debian" {print $2; exit}' || true; }
+mirror="${PYTHON_FT_MIRROR:-$(system_mirror)}"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 
 fail() { echo "error: python-ft: $*" >&2; exit 2; }
@@ -33,6 +35,7 @@ for pair in zlib.h:zlib1g-dev openssl/ssl.h:libssl-dev ffi.h:libffi-dev lzma.h:l
     echo "#include <$header>" | cc -E - >/dev/null 2>&1 || fail "no C header $header (apt-get install ${pair#*:})"
 done
 
+[ -n "$mirror" ] || fail "no Debian mirror in this system's apt sources (PYTHON_FT_MIRROR=URI names one)"
 download="$prefix/download"
 mkdir -p "$download"
 if [ ! -f "$download/$tarball" ] || ! echo "$sha256  $download/$tarball" | sha256sum --check --status; then

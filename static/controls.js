@@ -132,18 +132,25 @@ function renderModes() {
     + " (skipping any that cannot run it).";
 }
 
-// A mode's line: its name and what it does, folded to one line until opened; a mode this server's
-// Python cannot run says so on that line, and why once opened.
+// What a mode does up to its first pause ("hands it to a pool of threads"): a line short enough to read whole.
+function gist(why) {
+  const end = why.search(/[,.:;(]/);
+  return end > 0 ? why.slice(0, end).trim() : why;
+}
+
+// A mode's line: its name and the gist of what it does, whole, on one line until opened, then all of it; a mode
+// this server's Python cannot run says so on that line, and why once opened.
 function modeNote(mode) {
   const item = html("li");
   item.dataset.mode = mode.name;
   const details = html("details");
   const summary = html("summary");
   const away = mode.available === false;
-  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : mode.why,
+  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : gist(mode.why),
     away ? "gist unavailable" : "gist"));
   details.append(summary);
-  if (away) details.append(html("p", `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`));
+  details.append(html("p", away ? `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`
+    : `${mode.name} ${mode.why}`));
   item.append(details);
   return item;
 }

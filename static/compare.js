@@ -145,9 +145,11 @@ export function drawThumbnails(container, races, catalog, onPick) {
     if (race.summary) {
       const why = html("div", null, "thumb-why");
       const first = (kind) => FIRST_READ.includes(kind);
-      why.append(...summaryNodes(race, catalog, first));
+      const own = `-card-${race.request.mode}`;
+      why.append(...summaryNodes(race, catalog, first, own));
       const more = html("details", null, "thumb-more");
-      more.append(html("summary", "The rest of its summary"), ...summaryNodes(race, catalog, (kind) => !first(kind)));
+      more.append(html("summary", "The rest of its summary"),
+        ...summaryNodes(race, catalog, (kind) => !first(kind), own));
       figure.append(why, more);
       caption.title = "Show this race on the charts above, and the rest of its summary here";
       caption.setAttribute("aria-expanded", "false");

@@ -132,10 +132,15 @@ function renderModes() {
     + " (skipping any that cannot run it).";
 }
 
-// What a mode does up to its first pause ("hands it to a pool of threads"): a line short enough to read whole.
-function gist(why) {
-  const end = why.search(/[,.:;(]/);
-  return end > 0 ? why.slice(0, end).trim() : why;
+// Where a mode runs the work, in a few words: its line, short enough to read whole beside its name.
+const WHERE = { "event loop": "on the event loop itself", threads: "on a pool of threads",
+  processes: "on worker processes", interpreters: "on sub-interpreters", cluster: "on a Dask cluster",
+  upstream: "awaits an upstream" };
+
+function gist(mode) {
+  if (WHERE[mode.runs_on]) return WHERE[mode.runs_on];
+  const end = mode.why.search(/[,.:;(]/);
+  return end > 0 ? mode.why.slice(0, end).trim() : mode.why;
 }
 
 // A mode's line: its name and the gist of what it does, whole, on one line until opened, then all of it; a mode
@@ -146,7 +151,7 @@ function modeNote(mode) {
   const details = html("details");
   const summary = html("summary");
   const away = mode.available === false;
-  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : gist(mode.why),
+  summary.append(html("b", mode.name), " ", html("span", away ? "not available here" : gist(mode),
     away ? "gist unavailable" : "gist"));
   details.append(summary);
   details.append(html("p", away ? `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`

@@ -31,11 +31,11 @@ from typing import Any
 
 from bench.lib.alternate import alternate, ratios
 from bench.lib.command import check_ranges, new_parser, run_command
-from bench.lib.engine import get, race
-from bench.lib.race_data import RaceSpec
 from bench.lib.results import machine_facts, new_results_dir
 from bench.lib.servers import LocalServer
 from lab import ROOT
+from lab.race.data import RaceSpec
+from lab.race.engine import get, race
 
 SIDES = ("gil", "ft")
 MODES = ("threading", "processing")

@@ -20,10 +20,14 @@ usage: bench/siege.sh [options]
 
 Fire `siege -c 10 -r 1` at every mode the server serves, as its /modes lists
 them (the registry, lab/modes/registry.py: @MODES@),
-and at a forked server's /blocking and /threading, then print one table:
+and at a forked server's /blocking and /threading. Then print siege's own
+line for every request, per endpoint in the order they came back
+(`HTTP/1.1 200   4.54 secs: ... GET /blocking`), one table:
 elapsed (the makespan), mean/shortest/longest response, transactions, failures, the ideal makespan
 for this machine, ratio = elapsed / ideal, and the spread: how many requests
-each server process answered (from its /stats before and after).
+each server process answered (from its /stats before and after), and one
+sentence under it on what the rows show (a staircase, all late, waves of
+the lanes, all together), from the response times measured.
 
 Without --url it starts its own servers on free loopback ports (server.py
 --port 0, one single-process and one --processes 0) and stops them and
@@ -57,8 +61,8 @@ options:
 environment: PYTHON  interpreter with the lab's requirements (default: .venv/bin/python)
 
 Writes to the results folder: summary.json, summary.md, machine.json, the
-siegerc siege ran with, and per endpoint the raw siege output (NAME.siege.json,
-NAME.siege.stderr) and its solo timings (NAME.plan.json); with --rounds, each
+siegerc siege ran with, and per endpoint siege's output (NAME.siege.out, its
+line per request; NAME.siege.stderr, its summary) and its solo timings (NAME.plan.json); with --rounds, each
 round's endpoints are NAME-rN, and rounds.json holds the medians and ranges.
 
 Needs siege: sudo apt-get install siege. Exit status 2 if it is missing or an
@@ -227,8 +231,9 @@ bench_endpoint() {  # GROUP BASE MODE ROUND: the endpoint GROUP, or GROUP-rROUND
     step prepare "${args[@]}" >"$OUT/.step"
     read -r url <"$OUT/.step"
     echo "$name: siege -c $CONCURRENCY -r $REPS $url" >&2
-    run siege -R "$OUT/siegerc" --json-output --no-parser --benchmark -c "$CONCURRENCY" -r "$REPS" "$url" \
-        >"$OUT/$name.siege.json" 2>"$OUT/$name.siege.stderr" || rc=$?
+    # siege's own line per request goes to NAME.siege.out, its summary to NAME.siege.stderr (the rc file's verbose).
+    run siege -R "$OUT/siegerc" --no-parser --benchmark -c "$CONCURRENCY" -r "$REPS" "$url" \
+        >"$OUT/$name.siege.out" 2>"$OUT/$name.siege.stderr" || rc=$?
     if ((rc != 0)); then echo "warning: siege exited with $rc on $name; see $OUT/$name.siege.stderr" >&2; fi
     echo "$name: $SOLO_RUNS solo requests after siege ..." >&2
     step solo-after --name "$name" --dir "$OUT" --solo-runs "$SOLO_RUNS"

@@ -29,7 +29,8 @@ from bench.lib.args import CONCURRENCY, PARAM, REPS, SOLO_RUNS, WARMUP, WORKLOAD
 from bench.lib.command import new_parser, run_command
 from bench.lib.results import machine_facts
 from bench.lib.servers import wait_ready
-from bench.lib.siege import SIEGERC, StepError, parse_siege
+from bench.lib.shapes import sentence
+from bench.lib.siege import SIEGERC_LINES, Line, StepError, parse_summary, request_lines
 from bench.lib.tables import COLUMNS, SPREAD_COLUMN, markdown_table, text_table
 from lab.modes.registry import MODES
 from lab.race.engine import get, mode_url, server_facts, server_modes, solo_samples, warm_up, with_tag
@@ -42,8 +43,11 @@ TIMEOUT_S = 600.0
 TABLE = (*COLUMNS, SPREAD_COLUMN)
 
 
-def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, reps: int) -> dict[str, Any]:
-    """One summary.json row: siege's numbers, the ideal from the plan's solo time, and context."""
+def summary_row(
+    plan: dict[str, Any], siege: dict[str, Any], concurrency: int, reps: int, lines: Sequence[Line] = ()
+) -> dict[str, Any]:
+    """One summary.json row: siege's numbers, the ideal from the plan's solo time, and context; with siege's
+    per-request `lines`, each response time in the order they came back."""
     transactions = int(siege["transactions"])
     # siege reports an HTTP error either as a transaction that was not
     # "successful" or under "failed_transactions" (it depends on the status);
@@ -85,6 +89,7 @@ def summary_row(plan: dict[str, Any], siege: dict[str, Any], concurrency: int, r
         "lanes": lanes(plan["mode"], plan["workload"], server),
         "spread": siege_spread(plan),
         "siege": {k: siege[k] for k in sorted(siege)},
+        "responses_s": [line.seconds for line in lines],
         # Which endpoint this is a round of, and which round (siege.sh --rounds).
         "group": plan.get("group", plan["name"]),
         "round": plan.get("round", 1),
@@ -194,19 +199,28 @@ def report(args: argparse.Namespace) -> int:
     """summary.json and summary.md from every endpoint measured; the table on stdout."""
     rows = []
     for plan in _plans(args.dir):
-        raw = args.dir / f"{plan['name']}.siege.json"
-        if not raw.exists():
-            raise StepError(f"{raw} is missing: siege did not run for {plan['name']}")
-        rows.append(summary_row(plan, parse_siege(raw.read_text(errors="replace")), args.concurrency, args.reps))
+        out, err = (args.dir / f"{plan['name']}.siege.{part}" for part in ("out", "stderr"))
+        if not out.exists() or not err.exists():
+            raise StepError(f"{out} is missing: siege did not run for {plan['name']}")
+        lines = request_lines(out.read_text(errors="replace"))
+        siege = parse_summary(err.read_text(errors="replace"))
+        rows.append(summary_row(plan, siege, args.concurrency, args.reps, lines))
+        # siege's own lines, as the article shows them: one per request, in the order they came back.
+        print(f"{plan['name']}: siege -c {args.concurrency} -r {args.reps} {plan['url']}")
+        print("\n".join(f"  {line.text}" for line in lines) or "  (siege printed no request lines)")
+        print()
+    told = sentence([row for row in rows if row["round"] == 1])
     (args.dir / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.dir / "summary.md").write_text(_markdown(rows, args))
+    (args.dir / "summary.md").write_text(_markdown(rows, args, told))
     print(text_table(rows, TABLE))
-    if (told := rounds.save(rows, "group", args.dir / "rounds.json")) is not None:
+    if told:
         print(f"\n{told}")
+    if (over := rounds.save(rows, "group", args.dir / "rounds.json")) is not None:
+        print(f"\n{over}")
     return 0
 
 
-def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace, told: str) -> str:
     first = rows[0]
     return "\n".join(
         [
@@ -218,6 +232,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "",
             markdown_table(rows, TABLE),
             "",
+            *([told, ""] if told else []),
             "| endpoint | URL | workload | solo s (t) | lanes | server processes |",
             "|:---|:---|:---|---:|---:|---:|",
             *(
@@ -260,8 +275,8 @@ def _read(path: Path) -> str | None:
 
 
 def siegerc(args: argparse.Namespace) -> int:
-    """DIR/siegerc: the settings siege runs with (SIEGERC)."""
-    (args.dir / "siegerc").write_text(SIEGERC)
+    """DIR/siegerc: the settings siege runs with (SIEGERC_LINES)."""
+    (args.dir / "siegerc").write_text(SIEGERC_LINES)
     return 0
 
 

@@ -12,6 +12,8 @@ from threadpoolctl import threadpool_info
 from handlers.base import LabHandler
 from lab.instruments.freethreading import report as interpreter_report
 from lab.instruments.stats import merge, summarise
+from lab.modes.contract import Runner
+from lab.modes.registry import MODES
 
 
 @cache
@@ -20,6 +22,18 @@ def native_threads() -> list[dict[str, Any]]:
     inherit its environment); read on first use, as they are fixed once loaded."""
     keys = ("user_api", "internal_api", "num_threads", "version")
     return [{key: info.get(key) for key in keys} for info in threadpool_info()]
+
+
+def pool_listing(facts: dict[str, Any], runners: dict[str, Runner]) -> dict[str, Any]:
+    """The server's facts with only the pools this Python can run: each pool's size under `available_pools`,
+    and each mode it cannot run under `unavailable_modes` with why (its size setting left out of the facts)."""
+    unavailable = {name: why for name in runners if (why := MODES[name].unavailable())}
+    sizes = {name: runner.facts() for name, runner in runners.items()}
+    gone = {key for name in unavailable for key in sizes[name]}
+    pools = {key: value for name, found in sizes.items() if name not in unavailable
+             for key, value in found.items() if key.endswith("_pool")}  # fmt: skip
+    kept = {key: value for key, value in facts.items() if key not in gone}
+    return kept | {"available_pools": pools, "unavailable_modes": unavailable}
 
 
 def _usage(pid: int) -> dict[str, Any]:
@@ -67,7 +81,7 @@ class StatsHandler(LabHandler):
             {
                 "server": {
                     "answered_by": {"pid": services.pid, "task_id": services.task_id},
-                    **services.facts(),
+                    **pool_listing(services.facts(), services.runners),
                     "max_pending": config.max_pending,
                     "job_timeout_s": config.job_timeout,
                     "url": services.base_url,

@@ -3,7 +3,7 @@
 // timeline.js's, bars.js's and pings.js's, the comparison's rows compare.js's, the words words.js's.
 
 import { drawDefs } from "./bars.js";
-import { compareRow, drawThumbnails, pendingRow, showRounds, showStep } from "./compare.js";
+import { compareRow, drawThumbnails, fillVsPool, pendingRow, showBusy, showRounds, showStep } from "./compare.js";
 import { cannotRun, catalog, holdForm, readRequest, renderFacts, selectedMode, showCatalog, showMode } from "./controls.js";
 import { $, html, threadLabel } from "./format.js";
 import { RatioNotes } from "./ideal.js";
@@ -11,7 +11,7 @@ import { showPeers } from "./peers.js";
 import { drawGil, drawPings } from "./pings.js";
 import { startRace, stepWords } from "./race.js";
 import { drawTimeline, frameFor } from "./timeline.js";
-import { summaryParagraphs } from "./words.js";
+import { summaryNodes } from "./summary.js";
 
 const QUIET_MS = 800; // no event for this long during a race: say why
 const SHOW_FINISHED_MS = 1500; // in a comparison, each finished race's timeline before the next one's
@@ -109,7 +109,8 @@ function updateStatus(race) {
     showStep(comparing.row, race);
   } else if (comparing) {
     text = `Compared ${comparing.at} of ${comparing.of} races: the table below, and every timeline on one time `
-      + `scale under the summary. Shown here, the last: ${text}`;
+      + "scale under the summary, each with its own summary (its caption shows it here). Shown here"
+      + `${comparing.picked ? "" : ", the last"}: ${text}`;
   }
   if ((race.phase === "solo" || race.phase === "racing") && quietFor * 1000 > QUIET_MS) {
     text += ` No news for ${quietFor.toFixed(1)} s: the server is busy${mode.runs_on === "event loop"
@@ -172,11 +173,7 @@ function draw() {
 }
 
 function renderSummary(race) {
-  ui.summary.replaceChildren(...summaryParagraphs(race, catalog).map((text) => {
-    const para = document.createElement("p");
-    para.innerHTML = text; // numbers, fixed words and escaped names only
-    return para;
-  }));
+  ui.summary.replaceChildren(...summaryNodes(race, catalog));
   // The numbers behind the words, for tools that drive the page (bench/page.py).
   ui.summary.dataset.summary = JSON.stringify(race.summary);
   ui.summary.dataset.ratio = String(race.summary.ratio);
@@ -221,7 +218,20 @@ function comparePlan(rounds) {
 
 function showTimelines(races) {
   ui.timelines.hidden = false;
-  drawThumbnails(ui.thumbnails, races.filter((race) => race.round === 1));
+  drawThumbnails(ui.thumbnails, races.filter((race) => race.round === 1), catalog, showCompared);
+}
+
+// A compared race back on the main charts, with its /ping and GIL tracks, summary and numbers (its card's caption).
+function showCompared(race) {
+  if (running || !race.summary) return false;
+  current = race;
+  showMode(race.request.mode);
+  renderSummary(race);
+  renderNumbers(race);
+  if (comparing) comparing.picked = race.request.mode;
+  draw();
+  ui.timeline.scrollIntoView({ block: "start" });
+  return true;
 }
 
 async function compareAll() {
@@ -246,6 +256,8 @@ async function compareAll() {
     results.push(race);
     const row = compareRow(race, entry.mode, rounds > 1 ? entry.round : null, compareNotes);
     entry.row.replaceWith(row);
+    fillVsPool(ui.compareBody, results);
+    showBusy(compareNotes, results);
     showTimelines(results);
     if (race.phase !== "done") break;
     // A race whose answers came in one burst (blocking's: its loop passes nothing on while it runs them)

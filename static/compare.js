@@ -5,7 +5,8 @@ import { SVG_NS, html, plural, roundSpan, sec, ms } from "./format.js";
 import { headline, tBasis } from "./ideal.js";
 import { stepWords } from "./race.js";
 import { drawTimeline, frameFor } from "./timeline.js";
-import { describeRun } from "./words.js";
+import { summaryNodes } from "./summary.js";
+import { busyWords, describeRun } from "./words.js";
 
 const CELLS = 7; // the columns after "mode" and "what ran"
 
@@ -54,7 +55,11 @@ export function showStep(tr, race) {
   if (cell.textContent !== text) cell.textContent = text;
 }
 
-// A finished race's row: its makespan, the ideal it is judged against (the notes explain a ratio below 1).
+// The mode every other is set against in the table: the process pool, whose workers compute side by side.
+const POOL_MODE = "processing";
+
+// A finished race's row: its makespan, the ideal it is judged against (the notes explain a ratio below 1), and a
+// cell for its makespan against the process pool's (fillVsPool, once that race is in).
 export function compareRow(race, mode, round, notes) {
   const s = race.summary;
   const tr = rowHead(race.request, mode, round, s ? "done" : "failed");
@@ -67,25 +72,93 @@ export function compareRow(race, mode, round, notes) {
   const head = headline(s);
   const ideal = html("td", sec(head.ideal), "detail");
   ideal.title = head.basis === "cpu" ? "from the runs' own CPU time in this race" : `from t = ${sec(s.solo_s)}`;
-  tr.append(html("td", sec(s.elapsed_s)), html("td", sec(s.mean_s), "detail"), ideal, notes.cell(head.ratio, head.basis),
-    notes.cell(s.ratio, tBasis(s)), html("td", ms(s.ping_max_ms), "detail"), html("td", ranOn(race, mode), "detail"));
+  ideal.title += `; against t, one request timed alone before the race: ${s.ratio.toFixed(2)}×`;
+  const answered = html("td", sec(s.elapsed_s));
+  if (busyWords(s)) {
+    answered.append(" ", html("sup", "!", "busy-mark"));
+    tr.classList.add("busy");
+  }
+  tr.append(answered, html("td", sec(s.mean_s), "detail"), ideal, notes.cell(head.ratio, head.basis),
+    html("td", "–", "vs-pool"), html("td", ms(s.ping_max_ms), "detail"), html("td", ranOn(race, mode), "detail"));
+  tr.dataset.round = String(race.round || 1);
   return tr;
 }
 
-// Small multiples on one shared time scale, so lengths compare across modes. Each is drawn in place
-// (its lane labels are measured to fit).
-export function drawThumbnails(container, races) {
+// Each finished row's makespan against the process pool's in the same round of this comparison: threading's 2.00×
+// beside processing's 1.00× says at a glance what "× ideal", each mode against its own ideal, cannot.
+export function fillVsPool(tbody, races) {
+  for (const tr of tbody.querySelectorAll("tr[data-state=done]")) {
+    const pool = races.find((race) => race.request.mode === POOL_MODE && race.summary
+      && String(race.round || 1) === tr.dataset.round);
+    const race = races.find((r) => r.request.mode === tr.dataset.mode && String(r.round || 1) === tr.dataset.round);
+    const cell = tr.querySelector(".vs-pool");
+    if (!cell || !pool || !race || !race.summary) continue;
+    const ratio = race.summary.elapsed_s / pool.summary.elapsed_s;
+    cell.textContent = `${ratio.toFixed(2)}×`;
+    cell.dataset.ratio = String(ratio);
+  }
+}
+
+// Under the table, a line for each race run while the host was busy (words.js's busyWords), and what to do.
+export function showBusy(notes, races) {
+  const busy = races.filter((race) => race.summary && busyWords(race.summary));
+  let p = notes.container.querySelector(".busy-note");
+  if (!busy.length) {
+    if (p) p.remove();
+    return;
+  }
+  if (!p) {
+    p = html("p", null, "busy-note warning");
+    notes.container.prepend(p);
+  }
+  const which = busy.map((race) => `${race.request.mode}${race.round > 1 ? ` #${race.round}` : ""} (${
+    Math.round(100 * race.summary.core_wait_share)}% of its run time waiting for a core)`);
+  p.textContent = `! The host was busy during ${which.join(", ")}: a mode that runs no more at once than the cores can `
+    + "should hardly wait for one, so something else on this machine had them, and those rows say more about it than "
+    + "about the mode. Press Compare all modes again when the machine is quieter.";
+}
+
+// Small multiples on one shared time scale, so lengths compare across modes, each with the words that explain
+// it: the host-busy warning, the "Why:" and what /ping waited at once, the rest of its summary a click away. Its
+// caption opens that summary and, between races, shows the race on the main charts (`onPick`). Each is drawn
+// in place (its lane labels are measured to fit).
+// A card's summary parts read without a click: the host-busy warning, why, and what /ping waited.
+const FIRST_READ = ["busy", "why", "ping"];
+
+export function drawThumbnails(container, races, catalog, onPick) {
   const finished = races.filter((race) => race.summary);
   const longest = Math.max(...finished.map((race) => Math.max(race.summary.elapsed_s, headline(race.summary).ideal)));
   const span = finished.length ? roundSpan(longest * 1.04) : null;
   container.replaceChildren();
   for (const race of races) {
-    const figure = html("figure");
+    const figure = html("figure", null, "thumb");
+    figure.dataset.mode = race.request.mode;
     const svg = document.createElementNS(SVG_NS, "svg");
     svg.setAttribute("class", "thumbnail");
     svg.setAttribute("aria-hidden", "true");
-    figure.append(svg, html("figcaption", `${race.request.mode}: ${race.summary
-      ? `all answered after ${sec(race.summary.elapsed_s)}` : "did not finish"}`));
+    const caption = html("button", `${race.request.mode}: ${race.summary
+      ? `all answered after ${sec(race.summary.elapsed_s)}` : "did not finish"}`, "thumb-caption");
+    caption.type = "button";
+    const figcaption = html("figcaption");
+    figcaption.append(caption);
+    figure.append(svg, figcaption);
+    if (race.summary) {
+      const why = html("div", null, "thumb-why");
+      const first = (kind) => FIRST_READ.includes(kind);
+      const own = `-card-${race.request.mode}`;
+      why.append(...summaryNodes(race, catalog, first, own));
+      const more = html("details", null, "thumb-more");
+      more.append(html("summary", "The rest of its summary"),
+        ...summaryNodes(race, catalog, (kind) => !first(kind), own));
+      figure.append(why, more);
+      caption.title = "Show this race on the charts above, and the rest of its summary here";
+      caption.setAttribute("aria-expanded", "false");
+      more.addEventListener("toggle", () => caption.setAttribute("aria-expanded", String(more.open)));
+      caption.addEventListener("click", () => {
+        more.open = !more.open;
+        if (more.open) onPick(race);
+      });
+    }
     container.append(figure);
     drawTimeline(svg, race, frameFor(race, 640, race.summary ? span : null));
     svg.removeAttribute("height");

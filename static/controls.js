@@ -132,18 +132,30 @@ function renderModes() {
     + " (skipping any that cannot run it).";
 }
 
-// A mode's line: its name and what it does, folded to one line until opened; a mode this server's
-// Python cannot run says so on that line, and why once opened.
+// Where a mode runs the work, in a few words: its line, short enough to read whole beside its name.
+const WHERE = { "event loop": "on the event loop itself", threads: "on a pool of threads",
+  processes: "on worker processes", interpreters: "on sub-interpreters", cluster: "on a Dask cluster",
+  upstream: "awaits an upstream" };
+
+function gist(mode) {
+  if (WHERE[mode.runs_on]) return WHERE[mode.runs_on];
+  const end = mode.why.search(/[,.:;(]/);
+  return end > 0 ? mode.why.slice(0, end).trim() : mode.why;
+}
+
+// A mode's line: its name and the gist of what it does, whole, on one line until opened, then all of it; a mode
+// this server's Python cannot run says so on that line, and why once opened.
 function modeNote(mode) {
   const item = html("li");
   item.dataset.mode = mode.name;
   const details = html("details");
   const summary = html("summary");
   const away = mode.available === false;
-  summary.append(html("b", mode.name), " ", html("span", away ? "not available on this server" : mode.why,
+  summary.append(html("b", mode.name), " ", html("span", away ? "not available here" : gist(mode),
     away ? "gist unavailable" : "gist"));
   details.append(summary);
-  if (away) details.append(html("p", `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`));
+  details.append(html("p", away ? `${mode.name} ${mode.why} Not on this server: ${mode.unavailable_reason}`
+    : `${mode.name} ${mode.why}`));
   item.append(details);
   return item;
 }

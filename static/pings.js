@@ -44,13 +44,18 @@ export function drawPings(svg, race, f) {
   }
   const notice = el("g", { class: "notice" }, svg);
   el("line", { x1: f.left, x2: f.width - f.right, y1: y(NOTICEABLE_MS), y2: y(NOTICEABLE_MS) }, notice);
-  if (!f.narrow) {
-    el("text", { x: f.width - f.right - 4, y: y(NOTICEABLE_MS) - 4, "text-anchor": "end" }, notice,
+  // Its words go on top of the probes' bars, on a halo of the background (.notice-label), so that no wall hides them.
+  const noticeLabel = () => {
+    if (f.narrow) return;
+    el("text", { x: f.width - f.right - 4, y: y(NOTICEABLE_MS) - 4, "text-anchor": "end", class: "notice-label" }, svg,
       "people notice a wait");
-  }
+  };
   el("text", { x: 4, y: top + 12, class: "lane-label" }, svg, f.narrow ? "/ping" : "/ping waited");
   el("line", { x1: f.left, x2: f.width - f.right, y1: bottom, y2: bottom, class: "baseline" }, svg);
-  if (!race || f.origin === null) return;
+  if (!race || f.origin === null) {
+    noticeLabel();
+    return;
+  }
 
   // The worst probe of each batch, as wide as it waited and as tall as its (log) wait: a flat
   // fringe when the loop is free, a comb of GIL hand-offs, a wall when the loop is blocked.
@@ -67,6 +72,7 @@ export function drawPings(svg, race, f) {
   }
   el("path", { d: fast, class: "ping" }, svg);
   el("path", { d: slow, class: "ping slow" }, svg);
+  noticeLabel();
   if (failed) el("text", { x: f.left + 4, y: top + 12, class: "failed-label" }, svg, `${failed} /ping failed`);
 }
 

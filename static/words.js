@@ -238,8 +238,23 @@ function pingWords(s, mode, workload) {
     + `<strong>${ms(worst)}</strong> at worst${noticed ? ", long enough for a person to notice" : ""}: ${why}`;
 }
 
-// The summary's paragraphs as HTML: numbers, fixed words and escaped names only.
-export function summaryParagraphs(race, catalog) {
+// A mode that runs no more at once than the cores can (a lane per core or fewer, or only waits) should hardly
+// wait for a core; where its runs did for more than this share of their time, other programs had the cores.
+export const BUSY_CORE_WAIT = 0.2;
+
+// The warning a race needs when the host was busy during it (HTML), or "".
+export function busyWords(s) {
+  const fits = s.lanes === null || s.lanes === undefined || s.lanes <= s.cores;
+  if (!fits || !Number.isFinite(s.core_wait_share) || s.core_wait_share < BUSY_CORE_WAIT) return "";
+  return `<strong>The host was busy during this race:</strong> its runs waited <strong>${
+    Math.round(100 * s.core_wait_share)}%</strong> of their time for a core, in a mode that runs no more at once than `
+    + `the ${plural(s.cores, "core")} can. Something else on this machine had the cores, so these numbers say more `
+    + "about it than about the mode: run it again when the machine is quieter.";
+}
+
+// The summary's parts as HTML, each with its kind ("headline", "busy", "ideal", "why", "spread", "ping", "gil",
+// "failed"): numbers, fixed words and escaped names only.
+export function summaryParts(race, catalog) {
   const s = race.summary;
   const request = race.request;
   const mode = catalog.modes.get(request.mode);
@@ -247,27 +262,33 @@ export function summaryParagraphs(race, catalog) {
   const server = race.server || {};
   const known = facts(race);
   const p = [];
-  p.push(`<strong>${s.concurrency} ${escape(request.mode)} requests</strong> (${escape(describeRun(request, mode))}) were all `
-    + `answered after <strong>${sec(s.elapsed_s)}</strong>: the makespan. On average a client waited ${sec(s.mean_s)} `
-    + `(fastest ${sec(s.shortest_s)}, slowest ${sec(s.longest_s)}).`);
-  p.push(idealWords(s, race.capacity));
-  p.push(whyWords(s, mode, server, workload, known));
+  const add = (kind, html) => { if (html) p.push({ kind, html }); };
+  add("headline", `<strong>${s.concurrency} ${escape(request.mode)} requests</strong> (${escape(describeRun(request, mode))}) `
+    + `were all answered after <strong>${sec(s.elapsed_s)}</strong>: the makespan. On average a client waited `
+    + `${sec(s.mean_s)} (fastest ${sec(s.shortest_s)}, slowest ${sec(s.longest_s)}).`);
+  add("busy", busyWords(s));
+  add("ideal", idealWords(s, race.capacity));
+  add("why", whyWords(s, mode, server, workload, known));
   const shares = Object.values(s.spread || {});
   if (s.processes > 1 && shares.length) {
     const even = shares.length === s.processes && Math.max(...shares) - Math.min(...shares) <= 1;
-    p.push(`The ${s.processes} server processes answered ${shares.join(" / ")} of the ${s.transactions} requests: `
-      + (even ? "an even spread." : "uneven: one child accepted more than its share, and its requests waited for it "
-        + "while another had room (see --accept in docs/modes.md)."));
+    add("spread", `The ${s.processes} server processes answered ${shares.join(" / ")} of the ${s.transactions} `
+      + "requests: " + (even ? "an even spread." : "uneven: one child accepted more than its share, and its requests "
+        + "waited for it while another had room (see --accept in docs/modes.md)."));
   }
-  if (s.ping_count) p.push(pingWords(s, mode, workload));
-  const gil = server.gil_enabled === false
+  if (s.ping_count) add("ping", pingWords(s, mode, workload));
+  add("gil", server.gil_enabled === false
     ? "No GIL meter reading: this interpreter runs without a GIL (a free-threaded build), so there is none to wait for."
-    : gilWords(s);
-  if (gil) p.push(gil);
+    : gilWords(s));
   if (s.failed) {
     const statuses = [...new Set(race.responses.filter((r) => r.status !== 200).map((r) => r.status))];
-    p.push(`<strong>${plural(s.failed, "request")} failed</strong> (status ${statuses.join(", ")}); `
+    add("failed", `<strong>${plural(s.failed, "request")} failed</strong> (status ${statuses.join(", ")}); `
       + "hover the crossed bars for the server's message.");
   }
   return p;
+}
+
+// The summary's paragraphs as HTML.
+export function summaryParagraphs(race, catalog) {
+  return summaryParts(race, catalog).map((part) => part.html);
 }

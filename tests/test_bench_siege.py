@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from bench.lib.shapes import sentence
+from bench.lib.siege import request_lines
 from bench.lib.tables import ROW_KEYS
 from lab import ROOT
 from lab.machine import cpu_count
@@ -40,7 +42,10 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = json.loads((out / "summary.json").read_text())
     for row in rows:
         assert set(ROW_KEYS) <= set(row)
-        assert (out / f"{row['endpoint']}.siege.json").read_text().count('"transactions"') == 1
+        # siege's own line per request, read back in the order they came back.
+        lines = request_lines((out / f"{row['endpoint']}.siege.out").read_text())
+        assert [line.seconds for line in lines] == row["responses_s"]
+        assert len(lines) == row["transactions"]
         assert (out / f"{row['endpoint']}.plan.json").exists()
     return rows
 
@@ -59,7 +64,7 @@ def assert_machine(out: Path) -> dict[str, Any]:
     assert {"tornado", "numpy", "scikit-learn", "siege"} <= set(machine["versions"])
     assert machine["versions"]["siege"]
     assert any(pool["user_api"] == "blas" and pool["num_threads"] == 1 for pool in machine["native_threads"])
-    assert "json_output = true" in machine["siege_rc"]
+    assert "json_output = false" in machine["siege_rc"] and "verbose = true" in machine["siege_rc"]
     return machine
 
 
@@ -131,7 +136,19 @@ def test_against_a_running_server(siege: str, start_server: StartServer, tmp_pat
     assert by_name["processing"]["lanes"] == min(2, cpu_count())
     assert by_name["async"]["params"] == {"delay": 0.05, "fanout": 1}
     # The table on stdout, one line per endpoint, and where the results went.
-    assert [line.split()[0] for line in done.stdout.splitlines()[2 : 2 + len(MODES)]] == MODES
+    lines = done.stdout.splitlines()
+    table = next(i for i, line in enumerate(lines) if line.startswith("endpoint "))
+    assert [line.split()[0] for line in lines[table + 2 : table + 2 + len(MODES)]] == MODES
+    # Above the table, siege's own line for each request, grouped per endpoint as siege printed them.
+    for row in rows:
+        head = lines.index(f"{row['endpoint']}: siege -c 10 -r 1 {row['url']}")
+        shown = lines[head + 1 : head + 11]
+        assert shown == [f"  {line.text}" for line in request_lines((out / f"{row['endpoint']}.siege.out").read_text())]
+        assert all(line.startswith("  HTTP/1.1 200 ") and " secs: " in line for line in shown)
+        assert head < table
+    # Under it, the one sentence, made from this run's response times.
+    assert lines[-3] == sentence(rows) and lines[-3].startswith("What the rows show: blocking answered")
+    assert sentence(rows) in (out / "summary.md").read_text()
     assert f"results: {out}" in done.stdout
     assert "| endpoint | elapsed s |" in (out / "summary.md").read_text()
     machine = assert_machine(out)

@@ -122,3 +122,17 @@ def test_an_answered_request_is_already_counted_by_every_child(start_server: Sta
         if crossed >= 10:
             break
     assert crossed > 0, "every /stats came from the child that had just answered"
+
+
+def test_stats_lists_only_the_pools_this_python_can_run(start_server: StartServer) -> None:
+    lab = start_server("--process-pool", "2", "--thread-pool", "3")
+    server = get(f"{lab.url}/stats").json()["server"]
+    modes = get(f"{lab.url}/modes").json()
+    cannot = {mode["name"]: mode["unavailable_reason"] for mode in modes if not mode["available"]}
+    assert server["unavailable_modes"] == cannot  # the same reasons /modes gives
+    assert {"thread_pool": 3, "process_pool": 2}.items() <= server["available_pools"].items()
+    assert server["thread_pool"] == 3 and server["process_pool"] == 2  # the keys the ideal and the bench read
+    if "interpreters" in cannot:  # no size for a pool this Python cannot start
+        assert "interpreter_pool" not in server and "interpreter_pool" not in server["available_pools"]
+    else:
+        assert server["available_pools"]["interpreter_pool"] == server["interpreter_pool"] >= 1

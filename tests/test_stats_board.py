@@ -13,6 +13,7 @@ from lab.config import Config
 from lab.instruments.stats import SLOT_BYTES, Board, RequestStats, merge, summarise
 from lab.serve.services import Services
 from lab.web.lifecycle import RequestLife
+from tests.procs import forks_alone
 
 
 def test_slots_hold_their_last_document() -> None:
@@ -24,6 +25,7 @@ def test_slots_hold_their_last_document() -> None:
     assert board.read(0) == {"a": 2} and board.read(1) == {"b": 1}
 
 
+@forks_alone
 def test_a_forked_child_writes_where_the_parent_reads() -> None:
     board = Board(1)
     pid = os.fork()
@@ -46,6 +48,7 @@ def test_a_torn_slot_is_skipped_then_recovered_by_the_next_write() -> None:
     assert board.read(0) == {"n": 3}
 
 
+@forks_alone
 def test_a_reader_beside_a_writer_in_another_process_gets_whole_documents_only() -> None:
     # /metrics once answered 500 during a soak: a reader in one forked server caught another's slot with the
     # new counter and the old length (0), and parsed an empty payload. A writer in a loop makes every moment

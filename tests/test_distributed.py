@@ -260,8 +260,9 @@ def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
     _wait_for_both_workers(lab.url, cluster)
     pids = {str(w["address"]): int(str(w["pid"])) for w in _workers(lab.url)}
-    with ThreadPoolExecutor(1) as pool:
-        burst = pool.submit(get_many, copies(f"{lab.url}/distributed/sleep?seconds=1", 6))
+    with ThreadPoolExecutor(6) as pool:
+        # Sent from this thread, each in the kernel's hands before the next (a pool thread may send them late).
+        burst = [sent(url, pool) for url in copies(f"{lab.url}/distributed/sleep?seconds=1", 6)]
         # A worker that has started one of the burst's tasks (the lab learns it from the task itself).
         busy: list[str] = []
 
@@ -273,7 +274,7 @@ def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
         victim = pids[busy[0]]
         os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
-        replies = burst.result(timeout=60)  # none hangs past --job-timeout
+        replies = [reply.result(timeout=60) for reply in burst]  # none hangs past --job-timeout
     assert {r.status for r in replies} <= {200, 503}, [r.body[:200] for r in replies]
     assert sum(r.status == 200 for r in replies) >= 5, [r.body[:200] for r in replies]  # its task reran elsewhere
     for reply in replies:
@@ -356,7 +357,7 @@ def test_a_lost_scheduler_is_a_503_with_retry_after_never_a_hang(
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
     _wait_for_both_workers(lab.url, cluster)
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(get, f"{lab.url}/distributed/sleep?seconds=5")
+        running = sent(f"{lab.url}/distributed/sleep?seconds=5", pool)  # (in the kernel's hands: not a thread late)
         assert wait_for(lambda: get(f"{lab.url}/stats").json()["processes"][0]["pools"]["distributed"]["running"])
         os.killpg(cluster.processes[0].pid, signal.SIGKILL)  # the scheduler
         reply = running.result(timeout=30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.race import capacity
 from lab.race.capacity import Capacity, measure
 from lab.race.data import Ping, ping_batch_event
 from lab.race.ideal import cpu_ideal_makespan, ideal_makespan, reachable_makespan
@@ -14,7 +15,26 @@ FACTS = {"cpu_count": 2, "processes": 1, "thread_pool": 6, "process_pool": 2, "r
 def test_a_measure_runs_copies_at_once_and_alone() -> None:
     found = measure(2, rounds=1)
     assert found.copies == 2 and found.solo_s > 0 and found.together_s > 0
-    assert found.slowdown >= 1.0 and 0 < found.effective_cores <= 2
+    # One round: its slowdown is what it timed, together over alone (1 at the least), as the medians record it.
+    assert found.slowdown == pytest.approx(max(1.0, found.together_s / found.solo_s), abs=0.005)
+
+
+@pytest.mark.parametrize(
+    ("makespans", "expected"),
+    [
+        # Pairs (alone, together) of 1 and 3, 2 and 2.2, 1 and 1.2: ratios 3, 1.1, 1.2, their median 1.2 (the
+        # medians' ratio would say 2.2).
+        ([1.0, 3.0, 2.0, 2.2, 1.0, 1.2], Capacity(2, 1.0, 2.2, 1.2)),
+        # Ratios 0.5, 0.8 and 3: a pair that went faster together is no faster than parallel (1), median 1.
+        ([2.0, 1.0, 1.0, 0.8, 1.0, 3.0], Capacity(2, 1.0, 1.0, 1.0)),
+    ],
+)
+def test_the_slowdown_is_the_median_of_each_pairs_ratio(
+    monkeypatch: pytest.MonkeyPatch, makespans: list[float], expected: Capacity
+) -> None:
+    timed = iter([0.0, *makespans])  # the warm-up round first
+    monkeypatch.setattr(capacity, "_round", lambda pipes: next(timed))
+    assert measure(2, rounds=3) == expected
 
 
 def test_one_core_has_nothing_to_measure() -> None:

@@ -22,6 +22,7 @@ from lab.modes.registry import MODES as REGISTRY
 from lab.race.stats import median
 from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
+from tests.twins import twin
 
 SIEGE_SH = str(ROOT / "bench" / "siege.sh")
 # Sleeps keep every endpoint short and make the numbers checkable without timing anything.
@@ -180,16 +181,17 @@ def test_own_servers_are_started_measured_and_all_stopped(siege: str, tmp_path: 
 @pytest.mark.siege
 @pytest.mark.timeout(300)  # whole bench runs: servers, warm-up, five endpoints
 def test_ctrl_c_mid_siege_stops_everything_it_started(siege: str, tmp_path: Path) -> None:
-    # /blocking of ten 0.5 s sleeps would take 5 s: interrupt while siege runs.
-    argv = [SIEGE_SH, "--workload", "sleep", "-p", "seconds=0.5", "--solo-runs", "1", "--warmup", "0",
+    # /blocking of ten 3 s sleeps would take 30 s: interrupt while siege runs. It did not wait for the
+    # measurement to end: it exited while a twin of the measurement, begun as siege was seen, still slept.
+    argv = [SIEGE_SH, "--workload", "sleep", "-p", "seconds=3", "--solo-runs", "1", "--warmup", "0",
             "--server-args", "--process-pool 1", "--out", str(tmp_path / "results")]  # fmt: skip
     with Tracked(argv) as run:
         wait_for_descendant(run, "siege", "-R")
-        os.kill(run.process.pid, signal.SIGINT)
-        started = time.monotonic()
-        run.communicate(timeout=60)
+        with twin(30) as twin_sleeps:  # (tests/twins.py)
+            os.kill(run.process.pid, signal.SIGINT)
+            run.communicate(timeout=60)
+            assert twin_sleeps()
         assert run.process.returncode == 130
-        assert time.monotonic() - started < 20  # it did not wait for the measurement to end
         assert run.survivors() == []
         assert len(run.sessions) >= 3  # it had started both servers
 

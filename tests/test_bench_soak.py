@@ -31,10 +31,14 @@ def test_a_short_soak_with_faults_returns_every_count_to_its_baseline_and_leaves
             "--out", str(out)]  # fmt: skip
     with Tracked(argv) as run:
         stdout, stderr = run.communicate(timeout=540)
-        assert run.process.returncode in (0, 1), stderr[-3000:]  # 1: a failed verdict, still a finished soak
         assert run.survivors() == []
     doc = json.loads((out / "soak.json").read_text())
     assert set(doc) >= KEYS
+    # The verdict passes: a lab that leaks nothing passes every rule on a short soak as on a long one (too few
+    # samples for a trend say so and pass; a rising one fails). Exit 1 is a failed verdict.
+    failed = [f"{c['rule']} ({c['subject']}): {c['detail']}" for c in doc["verdict"]["checks"] if not c["ok"]]
+    assert run.process.returncode == 0 and failed == [], (failed, stderr[-3000:])
+    assert stdout.startswith("PASS")
     requests = doc["requests"]
     assert doc["unaccounted"] == 0 == requests["unaccounted"], doc["unexpected"]
     assert requests["sent"] == requests["answered"] + requests["counted_errors"] > 100
@@ -62,4 +66,4 @@ def test_a_short_soak_with_faults_returns_every_count_to_its_baseline_and_leaves
             "ping steady"} <= rules  # fmt: skip
     assert "# Soak of" in (out / "soak.md").read_text() and is_png(out / "soak.png")
     assert (out / "server.log").exists()
-    assert stdout.splitlines()[0].startswith(("PASS", "FAIL")) and "soak 00:" in stderr  # the progress line
+    assert "soak 00:" in stderr  # the progress line

@@ -97,8 +97,13 @@ def test_a_client_that_sends_nothing_blocks_no_one(start_server: StartServer) ->
     address = urlsplit(lab.url)
     silent = [socket.create_connection((address.hostname, address.port)) for _ in range(4)]
     try:
-        replies = get_many(copies(f"{lab.url}/processing/count?n=1000", 6))
+        # Answered while the four still hold their connections, open and unanswered: nobody read them before
+        # handing them on (a parent that waited for their request would answer no one), nor hung up on them.
+        replies = get_many(copies(f"{lab.url}/processing/count?n=1000", 6), timeout=STALL_S)
         assert [r.status for r in replies] == [200] * 6
+        for sock in silent:
+            with pytest.raises(BlockingIOError):  # still open, nothing written to it
+                sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     finally:
         for sock in silent:
             sock.close()

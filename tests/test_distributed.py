@@ -32,8 +32,9 @@ from lab.modes.distributed.worker import WARM_UP, warmed
 from tests.conftest import StartServer
 from tests.dask_cluster import SCRATCH, DaskCluster, self_signed
 from tests.envelopes import any_overlap, assert_envelope, assert_error, run_intervals
-from tests.lab_server import Reply, copies, get, get_many, pool_stats
+from tests.lab_server import Reply, copies, get, get_many, pool_stats, sent
 from tests.procs import alive, wait_for
+from tests.twins import twin
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -259,8 +260,9 @@ def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1", "--job-timeout", "30")
     _wait_for_both_workers(lab.url, cluster)
     pids = {str(w["address"]): int(str(w["pid"])) for w in _workers(lab.url)}
-    with ThreadPoolExecutor(1) as pool:
-        burst = pool.submit(get_many, copies(f"{lab.url}/distributed/sleep?seconds=1", 6))
+    with ThreadPoolExecutor(6) as pool:
+        # Sent from this thread, each in the kernel's hands before the next (a pool thread may send them late).
+        burst = [sent(url, pool) for url in copies(f"{lab.url}/distributed/sleep?seconds=1", 6)]
         # A worker that has started one of the burst's tasks (the lab learns it from the task itself).
         busy: list[str] = []
 
@@ -272,7 +274,7 @@ def test_a_worker_killed_mid_burst_costs_no_request_more_than_a_clear_503(
         victim = pids[busy[0]]
         os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
-        replies = burst.result(timeout=60)  # none hangs past --job-timeout
+        replies = [reply.result(timeout=60) for reply in burst]  # none hangs past --job-timeout
     assert {r.status for r in replies} <= {200, 503}, [r.body[:200] for r in replies]
     assert sum(r.status == 200 for r in replies) >= 5, [r.body[:200] for r in replies]  # its task reran elsewhere
     for reply in replies:
@@ -319,7 +321,9 @@ def test_the_cluster_is_handed_five_tasks_a_worker_thread_and_its_scheduler_keep
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
     _wait_for_both_workers(lab.url, cluster)
     with cluster.client() as other, ThreadPoolExecutor(12) as pool:
-        replies = [pool.submit(get, url, 60) for url in copies(f"{lab.url}/distributed/sleep?seconds=4", 12)]
+        # Sent from this thread (in the kernel's hands when sent() returns): twelve pool threads on a loaded
+        # host sent the last ones after the first 4 s tasks had ended, and (2, 10) was never seen.
+        replies = [sent(url, pool, 60) for url in copies(f"{lab.url}/distributed/sleep?seconds=4", 12)]
         assert wait_for(lambda: (_pool(lab.url)["running"], _pool(lab.url)["waiting"]) == (2, 10))
 
         def at_the_scheduler() -> tuple[list[int], int]:  # each worker's tasks (the one it runs, its next), queued
@@ -353,15 +357,17 @@ def test_a_lost_scheduler_is_a_503_with_retry_after_never_a_hang(
     lab = start_server("--dask-scheduler", cluster.address, "--process-pool", "1")
     _wait_for_both_workers(lab.url, cluster)
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(get, f"{lab.url}/distributed/sleep?seconds=5")
+        running = sent(f"{lab.url}/distributed/sleep?seconds=5", pool)  # (in the kernel's hands: not a thread late)
         assert wait_for(lambda: get(f"{lab.url}/stats").json()["processes"][0]["pools"]["distributed"]["running"])
         os.killpg(cluster.processes[0].pid, signal.SIGKILL)  # the scheduler
         reply = running.result(timeout=30)
     assert_error(reply, 503, "scheduler")
     assert reply.headers["Retry-After"]
-    later = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=30)
+    # A reconnection attempt is bounded (3 s: RECONNECT_TIMEOUT_S): answered before a 15 s twin ends (tests/twins.py).
+    with twin(15) as twin_sleeps:
+        later = get(f"{lab.url}/distributed/sleep?seconds=0", timeout=30)
+        assert twin_sleeps()
     assert_error(later, 503, "scheduler")
-    assert later.received - later.sent < 15  # a reconnection attempt is bounded (3 s: RECONNECT_TIMEOUT_S)
     assert get(f"{lab.url}/ping").status == 200
 
 
@@ -378,9 +384,10 @@ def test_an_unreachable_scheduler_at_start_up_is_exit_2_with_one_line(refused_po
 def test_a_task_over_the_job_timeout_is_504_and_its_worker_replaced(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1", "--dask-workers", "1", "--job-timeout", "1")
     first = get(f"{lab.url}/distributed/sleep?seconds=0").json()["worker"]
-    reply = get(f"{lab.url}/distributed/sleep?seconds=20")
+    with twin(20) as twin_sleeps:  # (tests/twins.py)
+        reply = get(f"{lab.url}/distributed/sleep?seconds=20")
+        assert twin_sleeps()  # answered before the task's 20 s could have ended
     assert_error(reply, 504, "--job-timeout 1 s", "worker process killed")
-    assert reply.received - reply.sent < 15  # 1 s and room for the scheduler's hop, against the task's 20 s
     # Its nanny starts a new worker. On a loaded machine that can take longer than the lab waits for
     # one (NO_WORKER_GRACE_S): then a request gets 503 with Retry-After, and a client that retries is served.
     deadline = time.monotonic() + 60

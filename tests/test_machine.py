@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from lab import machine
+from lab import ROOT, machine
 from lab.machine import Cores, cpu_quota, read_cores
 
 
@@ -108,6 +112,27 @@ def test_cpu_count_sizes_by_the_quota(tmp_path: Path, monkeypatch: pytest.Monkey
     assert machine.cpu_count() == 1
 
 
-def test_this_machine_reads_without_error() -> None:
+def test_this_machine_reads_what_the_kernel_says() -> None:
     cores = read_cores()
-    assert 1 <= cores.usable <= cores.affinity <= cores.visible
+    assert (cores.visible, cores.affinity) == (os.cpu_count(), len(os.sched_getaffinity(0)))
+    assert (cores.quota, cores.quota_source) == cpu_quota()
+    assert machine.cpu_count() == cores.usable
+
+
+PINNED = """
+import json, os
+from lab import machine
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+cores = machine.read_cores()
+print(json.dumps({"affinity": cores.affinity, "visible": cores.visible, "usable": cores.usable,
+                  "cpu_count": machine.cpu_count(), "differences": cores.differences()}))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin away")
+def test_a_process_pinned_to_one_cpu_sizes_by_one() -> None:
+    done = subprocess.run([sys.executable, "-c", PINNED], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          check=True)  # fmt: skip
+    read = json.loads(done.stdout)
+    assert (read["affinity"], read["usable"], read["cpu_count"], read["visible"]) == (1, 1, 1, os.cpu_count())
+    assert f"this process may run on 1 of the host's {os.cpu_count()} CPUs (its affinity)" in read["differences"]

@@ -18,7 +18,7 @@ from lab.modes.registry import MODES
 from tests.builds import needs_gil
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, Reply, copies, get, sent
-from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, SIZES, gil_wait
+from tests.test_gil import HOLDS_ABOVE, RELEASES_BELOW, SIZES, gil_share
 from workloads import waits
 from workloads.mix import compute, mix
 from workloads.registry import WORKLOADS, await_timed, run_timed
@@ -206,8 +206,8 @@ def test_a_wait_cut_short_counts_its_wall_time_less_the_run_s_own() -> None:
 def test_mix_holds_the_gil_while_it_computes_and_lets_go_while_it_waits() -> None:
     # tests/test_gil.py's probe (its docstring says how wide apart the two readings are), on each half; the
     # computing in runs that outlast the switch interval (tests/test_gil.py's SIZES say why).
-    assert gil_wait("mix", params=SIZES["mix"]) > HOLDS_ABOVE
-    assert gil_wait("mix", params={"compute_ms": 0.0, "wait_ms": 150.0}) < RELEASES_BELOW
+    assert gil_share("mix", params=SIZES["mix"]) > HOLDS_ABOVE
+    assert gil_share("mix", params={"compute_ms": 0.0, "wait_ms": 150.0}) < RELEASES_BELOW
 
 
 def test_an_awaited_run_passes_on_its_cancellation_and_its_errors() -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from lab.errors import LabError
 from lab.modes.threading.runner import ThreadRunner
 from tests.pools import assert_a_job_handed_ahead_counts_its_deadline_from_its_start
+from tests.procs import STALL_S
 from workloads.timing import RunRecord
 
 
@@ -33,38 +36,71 @@ class _Runs(ThreadRunner):
         self.work = work
         self.started_after = started_after
         self.start_timeout = start_timeout  # (a cluster's: how long a job may wait for a worker to begin it)
+        self.posted = threading.Event()  # a job's end is on the event loop's queue
+
+    def _executed(self) -> asyncio.Future[Any]:
+        handed = self.executor.submit(self.work)
+        future = asyncio.wrap_future(handed)
+        # Called after wrap_future's own callback, which has queued the end for the loop by then.
+        handed.add_done_callback(lambda _: self.posted.set())
+        return future
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.executor, self.work)
+        future = self._executed()
         # A worker that reports its start late (a process pool's worker still starting up) is not late itself.
-        loop.call_later(self.started_after, self._started, job_id, None)
+        asyncio.get_running_loop().call_later(self.started_after, self._started, job_id, None)
         return future
 
 
-def _run(runner: _Runs, hold: tuple[float, float] | None = None) -> Any:
-    """The runner's answer to one job; `hold`: (after, for) seconds, the event loop held as a /blocking run holds it."""
+class _Gate:
+    """What the jobs wait for instead of a clock: their work ends when the test's event loop opens the gate."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    def work(self) -> str:
+        assert self.opened.wait(STALL_S), f"the gate stayed shut {STALL_S:g} s"
+        return "done"
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """The event loop held (as a /blocking run holds it) from `at` seconds after the hand-over until `past` seconds
+    after it have passed; with `ends`, the gate opened as the hold begins and the loop held until the job's end is
+    queued for it too. Whatever falls meanwhile, the loop learns of in the one turn after the hold."""
+
+    at: float
+    past: float
+    ends: bool = False
+
+
+def _run(runner: _Runs, gate: _Gate, opens_at: float | None = None, hold: _Hold | None = None) -> Any:
+    """The runner's answer to one job of `gate.work`; the gate opened by the loop `opens_at` seconds after the
+    hand-over (None: only once the job is answered) or by `hold`. Timers fall in the order of their times, so
+    which of a deadline and a job's end comes first is the loop's order, not a race with a thread's wake-up."""
 
     async def main() -> Any:
+        loop = asyncio.get_running_loop()
         await runner.start()
+        handed = loop.time()
+        if opens_at is not None:
+            loop.call_later(opens_at, gate.opened.set)
         if hold is not None:
-            asyncio.get_running_loop().call_later(hold[0], time.sleep, hold[1])
+            loop.call_later(hold.at, _held, runner, gate, hold, handed)
         try:
             return await runner.run("count", {})
         finally:
+            gate.opened.set()
             await runner.close()
 
     return asyncio.run(main())
 
 
-def _works_a_second() -> str:
-    time.sleep(1.0)
-    return "done"
-
-
-def _works_two_seconds() -> str:
-    time.sleep(2.0)
-    return "done"
+def _held(runner: _Runs, gate: _Gate, hold: _Hold, handed: float) -> None:
+    if hold.ends:
+        gate.opened.set()
+        assert runner.posted.wait(STALL_S), f"the job did not end in {STALL_S:g} s"
+    time.sleep(max(0.0, handed + hold.past - time.monotonic()))
 
 
 def _raises_timeout() -> None:
@@ -72,47 +108,47 @@ def _raises_timeout() -> None:
 
 
 def test_a_job_over_its_deadline_is_a_504() -> None:
-    runner = _Runs(lambda: time.sleep(0.5), job_timeout=0.1)
+    gate = _Gate()
+    runner = _Runs(gate.work, job_timeout=0.1)
     with pytest.raises(LabError) as error:
-        _run(runner)
+        _run(runner, gate)  # (the gate opens only after the answer)
     assert error.value.status_code == 504
     assert runner.counts["timed_out"] == 1
 
 
 def test_the_deadline_counts_from_the_start_the_worker_reports() -> None:
-    # 2 s of work with a 1.2 s deadline, reported started 1.8 s in: the deadline falls at 3 s, a second after
-    # the job ends, room for a worker thread slow to wake (counted from the hand-over it would fall 0.8 s before).
-    runner = _Runs(_works_two_seconds, job_timeout=1.2, started_after=1.8)
-    assert _run(runner) == "done"
+    # A 3 s deadline, the start reported 3.2 s after the hand-over and the job's end 0.1 s later: counted from
+    # the hand-over the deadline falls first (the loop's order: a 504); from the start it falls at 6.2 s, 2.9 s
+    # after the gate opened, the time a worker thread has to wake and end.
+    gate = _Gate()
+    runner = _Runs(gate.work, job_timeout=3.0, started_after=3.2)
+    assert _run(runner, gate, opens_at=3.3) == "done"
     assert runner.counts["timed_out"] == 0
 
 
 def test_a_timeout_the_job_raises_is_the_jobs_error_not_a_504() -> None:
     runner = _Runs(_raises_timeout, job_timeout=30.0)
     with pytest.raises(TimeoutError, match="the job's own"):
-        _run(runner)
+        _run(runner, _Gate())
     assert runner.counts["timed_out"] == 0
 
 
-def _works_a_moment() -> str:
-    time.sleep(0.02)
-    return "done"
-
-
 def test_a_job_that_ended_as_its_deadline_fell_is_answered() -> None:
-    # The job ends 0.02 s in, its deadline falls at 0.1 s, and the loop is held from 0.01 to 1.5 s: it learns of
-    # both in the same turn (the hold leaves a worker thread slow to wake more than a second). The job was on time.
-    runner = _Runs(_works_a_moment, job_timeout=0.1)
-    assert _run(runner, hold=(0.01, 1.5)) == "done"
+    # The loop is held from 0.01 s until the job has ended and its 0.1 s deadline has fallen: it learns of both
+    # in the same turn. The job was on time.
+    gate = _Gate()
+    runner = _Runs(gate.work, job_timeout=0.1)
+    assert _run(runner, gate, hold=_Hold(0.01, 0.2, ends=True)) == "done"
     assert runner.counts["timed_out"] == 0
 
 
 def test_a_start_reported_as_the_start_deadline_fell_is_a_start() -> None:
-    # A cluster's job: reported started 0.05 s in, with 0.1 s to start, and the loop held from 0.01 to 0.6 s, so
-    # it learns of the start and of the start deadline in the same turn. The job started in time: it gets
-    # --job-timeout (2 s) for its 1 s of work, not a 504 and not "no worker started it".
-    runner = _Runs(_works_a_second, job_timeout=2.0, started_after=0.05, start_timeout=0.1)
-    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    # A cluster's job: reported started 0.05 s in, with 0.1 s to start, and the loop held from 0.01 to 0.3 s, so
+    # it learns of the start and of the start deadline in the same turn, and of the gate opened at 0.2 s after
+    # both. The job started in time: it gets --job-timeout (30 s) to end, not a 504 and not "no worker started it".
+    gate = _Gate()
+    runner = _Runs(gate.work, job_timeout=30.0, started_after=0.05, start_timeout=0.1)
+    assert _run(runner, gate, opens_at=0.2, hold=_Hold(0.01, 0.3)) == "done"
     assert runner.counts["timed_out"] == 0
 
 
@@ -129,7 +165,7 @@ class _LazyRuns(_Runs):
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         self.unread.append((job_id, time.monotonic()))
-        return asyncio.get_running_loop().run_in_executor(self.executor, self.work)
+        return self._executed()
 
     def _refresh_starts(self) -> None:
         self.reads += 1
@@ -141,16 +177,19 @@ class _LazyRuns(_Runs):
 def test_a_start_read_late_counts_from_when_the_worker_began() -> None:
     # Nothing reports the start until the deadline is checked, at --job-timeout after the hand-over at the
     # earliest; the report says the job began then, so its deadline has fallen: a 504, not another 0.2 s.
-    runner = _LazyRuns(lambda: time.sleep(1.0), job_timeout=0.2)
+    gate = _Gate()
+    runner = _LazyRuns(gate.work, job_timeout=0.2)
     with pytest.raises(LabError) as error:
-        _run(runner)
+        _run(runner, gate)
     assert error.value.status_code == 504
     assert runner.reads == 1
 
 
 def test_a_start_read_lazily_still_gets_its_whole_timeout() -> None:
-    runner = _LazyRuns(_works_a_moment, job_timeout=2.0)
-    assert _run(runner) == "done"
+    # Its end comes 0.3 s in, past any deadline shorter than the 30 s asked for.
+    gate = _Gate()
+    runner = _LazyRuns(gate.work, job_timeout=30.0)
+    assert _run(runner, gate, opens_at=0.3) == "done"
     assert runner.counts["timed_out"] == 0
 
 
@@ -160,7 +199,7 @@ class _ReportedATurnLate(_Runs):
 
     def _submit(self, job_id: int, workload: str, params: dict[str, Any]) -> asyncio.Future[RunRecord]:
         loop = asyncio.get_running_loop()
-        inner = loop.run_in_executor(self.executor, self.work)
+        inner = self._executed()
         loop.call_later(self.started_after, lambda: loop.call_soon(self._started, job_id, None))
 
         async def a_turn_later() -> Any:
@@ -170,16 +209,18 @@ class _ReportedATurnLate(_Runs):
 
 
 def test_a_start_reported_a_turn_after_the_start_deadline_fell_is_a_start() -> None:
-    # The loop, held from 0.01 to 0.6 s, learns in one turn of the start (at 0.05 s) and of the start deadline
+    # The loop, held from 0.01 to 0.3 s, learns in one turn of the start (at 0.05 s) and of the start deadline
     # (0.1 s); the start's report comes the turn after the watchdog fell. The job started in time.
-    runner = _ReportedATurnLate(_works_a_second, job_timeout=2.0, started_after=0.05, start_timeout=0.1)
-    assert _run(runner, hold=(0.01, 0.6)) == "done"
+    gate = _Gate()
+    runner = _ReportedATurnLate(gate.work, job_timeout=30.0, started_after=0.05, start_timeout=0.1)
+    assert _run(runner, gate, opens_at=0.2, hold=_Hold(0.01, 0.3)) == "done"
     assert runner.counts["timed_out"] == 0
 
 
 def test_a_job_that_ended_as_its_deadline_fell_is_answered_though_its_end_comes_a_turn_later() -> None:
-    runner = _ReportedATurnLate(_works_a_moment, job_timeout=0.1)
-    assert _run(runner, hold=(0.01, 1.5)) == "done"
+    gate = _Gate()
+    runner = _ReportedATurnLate(gate.work, job_timeout=0.1)
+    assert _run(runner, gate, hold=_Hold(0.01, 0.2, ends=True)) == "done"
     assert runner.counts["timed_out"] == 0
 
 

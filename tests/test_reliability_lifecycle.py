@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +24,8 @@ from tests.bench_helpers import Tracked
 from tests.conftest import StartServer
 from tests.envelopes import assert_error
 from tests.lab_server import LabServer, get, pool_stats
-from tests.procs import wait_for
+from tests.procs import STALL_S, wait_for
+from tests.twins import twin
 
 
 @pytest.mark.parametrize(
@@ -80,13 +80,14 @@ def test_a_stop_during_start_up_is_prompt(tmp_path: Path, args: tuple[str, ...])
 
 def test_grace_period_bounds_the_stop(start_server: StartServer) -> None:
     lab = start_server("--process-pool", "1", "--grace", "1")
-    with ThreadPoolExecutor(1) as pool:
-        sent_at = time.monotonic()  # (before the job: however long it takes to begin, the stop must beat its end)
+    with twin(20) as twin_sleeps, ThreadPoolExecutor(1) as pool:
         job = pool.submit(get, f"{lab.url}/processing/sleep?seconds=20")
         assert wait_for(lambda: _active(lab) >= 1)
-        assert lab.terminate(signal.SIGTERM, timeout=15) == 0
-        assert time.monotonic() - sent_at < 18  # the 1 s grace and the pools' stop, before the job's 20 s
+        assert lab.terminate(signal.SIGTERM, timeout=STALL_S) == 0
+        # The stop did not wait for the job's end: the lab exited while the job's twin, begun first, still slept.
+        assert twin_sleeps()
         reply = job.result()
+    # Its request got the 503 (a job that ended would be a 200), and the grace period ran out with it in flight.
     assert_error(reply, 503, "shutting down")
     assert reply.headers["Retry-After"] == "1"
     assert "grace period over: 1 requests get 503" in lab.log()
@@ -100,17 +101,18 @@ def test_a_job_that_outlives_its_request_does_not_outlive_the_grace_period(
     # The job gets its 504 after 1 s but runs on (a thread cannot be stopped;
     # a process job whose client left is not cancelled once it has started).
     lab = start_server("--thread-pool", "1", "--process-pool", "1", "--job-timeout", "1", "--grace", "2")
-    sent_at = time.monotonic()  # (before the job: however long it takes to begin, the stop must beat its end)
-    if mode == "threading":
-        assert get(f"{lab.url}/threading/sleep?seconds=25").status == 504
-    else:
-        host, port = lab.url.removeprefix("http://").rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as sock:  # a client that leaves mid-job
-            sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            assert wait_for(lambda: _pool_running(lab, mode) == 1)
-    assert _pool_running(lab, mode) == 1  # the job still runs without its request
-    assert lab.terminate(timeout=20) == 0
-    assert time.monotonic() - sent_at < 22  # its 1 s, the grace period and room, before the job's 25 s
+    # The job's twin (tests/twins.py), begun before it, still sleeps once the lab has exited.
+    with twin(25) as twin_sleeps:
+        if mode == "threading":
+            assert get(f"{lab.url}/threading/sleep?seconds=25").status == 504
+        else:
+            host, port = lab.url.removeprefix("http://").rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as sock:  # a client that leaves mid-job
+                sock.sendall(b"GET /processing/sleep?seconds=25 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                assert wait_for(lambda: _pool_running(lab, mode) == 1)
+        assert _pool_running(lab, mode) == 1  # the job still runs without its request
+        assert lab.terminate(timeout=STALL_S) == 0
+        assert twin_sleeps(), "the lab exited only after the job's 25 s"
     assert "running pool jobs are stopped" in lab.log()
     assert lab.survivors() == []
 

@@ -193,6 +193,7 @@ def test_declared_gil_behaviour_matches_measurement(name: str) -> None:
         assert share > HOLDS_ABOVE, f"{name} declares it holds the GIL, but {said}"
 
 
+@needs_gil
 @pytest.mark.parametrize("name", [n for n, w in WORKLOADS.items() if not w.releases_gil])
 def test_two_threads_of_gil_holding_work_are_no_faster_than_one_after_the_other(name: str) -> None:
     # Only one thread computes at a time, so the two threads' wall time covers

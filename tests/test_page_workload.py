@@ -28,6 +28,7 @@ from lab import ROOT
 from lab.modes.interpreters.runner import unavailable_inside
 from lab.modes.registry import MODES
 from lab.scratch import sweep
+from tests.builds import needs_gil
 from tests.conftest import StartServer
 from tests.envelopes import assert_envelope, assert_error, max_concurrency, run_intervals
 from tests.lab_server import LabServer, Reply, copies, get, get_many
@@ -190,6 +191,7 @@ def test_the_database_going_away_gets_503s_and_its_return_gets_pages(
 
 
 @pytest.mark.slow
+@needs_gil
 def test_sqlite_lets_go_of_the_gil_while_it_queries() -> None:
     # tests/test_gil.py's probe (its docstring says how wide apart the readings are) on a page that is all
     # query, in this process, on the embedded SQLite that tests/conftest.py made: the query counts in

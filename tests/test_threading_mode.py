@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.builds import needs_gil
 from tests.envelopes import any_overlap, assert_envelope, max_concurrency, run_intervals
 from tests.lab_server import LabServer, copies, get_many, ping_while_pool_busy
 
@@ -30,6 +31,7 @@ def test_ping_answers_while_threads_run(server: LabServer) -> None:
     assert ping.received < min(j.json()["timing"]["finished"] for j in jobs)
 
 
+@needs_gil
 def test_gil_bound_threads_take_turns_computing(server: LabServer) -> None:
     # Four threads of a pure-Python loop, all four running at once (their intervals overlap): the GIL lets one
     # compute at a time, so the burst's wall time covers the CPU time all four used, both from the same

@@ -41,7 +41,7 @@ WARMUP_REQUESTS = 20
 SERVING = re.compile(r"serving on (http://[^/\s]+)/")
 READY_TIMEOUT_S = 120.0
 # Each path is traced this many times and the set seen most often kept: the server's own timers (the /stats
-# board's publication, every 200 ms) fall into some windows, and a window's start can come late.
+# board's periodic publication) fall into some windows, and a window's start can come late.
 TRIES = 7
 SETTLE_S = 0.01
 

@@ -70,8 +70,8 @@ SIZES: dict[str, dict[str, Any]] = {
 SWITCH_INTERVAL = 0.25
 # How long the probe lets go of the GIL: time for the worker to get a core and take it.
 AWAY_S = 0.02
-# Of what the probe reads for a loop that holds the GIL by construction, probed in the same process (the
-# switch interval, 250 ms, when nothing else interferes).
+# Of what the probe reads for a loop that holds the GIL by construction, probed in the same process (about
+# SWITCH_INTERVAL when nothing else interferes).
 RELEASES_BELOW = 0.1
 HOLDS_ABOVE = 0.4
 
@@ -199,6 +199,5 @@ def test_two_threads_of_gil_holding_work_are_no_faster_than_one_after_the_other(
     # Only one thread computes at a time, so the two threads' wall time covers
     # the CPU time both used, measured in the same run (less 15 % for the
     # clocks and the hand-overs); other load on the machine only lengthens the
-    # wall time. Measured 1.003-1.01 alone and 1.8-2.8 with four busy loops on
-    # two cores; two threads that did compute at once would read about 0.5.
+    # wall time; two threads that did compute at once would read about 0.5.
     assert wall_per_cpu(name) > 0.85
